@@ -1,0 +1,13 @@
+"""Shared test configuration: the `gpu` marker skips where CUDA is absent."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (CUDA not available)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
