@@ -1,0 +1,31 @@
+"""The pure core of kevin: records, advantages, the GRPO loss, the turn splitter, and the rollout loop.
+
+Everything here imports only torch, einops and the standard library, except ``rollout`` and the policy
+backends, which import transformers lazily. See ``kevin.core.types`` for the dimensions legend.
+"""
+
+from kevin.core.advantages import group_advantages
+from kevin.core.loss import grpo_loss, token_logprobs
+from kevin.core.split import group_labels, split_trajectories
+from kevin.core.types import Sample, Trajectory, Turn
+
+__all__ = [
+    "Sample",
+    "Trajectory",
+    "Turn",
+    "group_advantages",
+    "group_labels",
+    "grpo_loss",
+    "rollout",
+    "split_trajectories",
+    "token_logprobs",
+]
+
+
+def __getattr__(name):
+    # rollout pulls in the prompt builder and parser; import it on first use.
+    if name == "rollout":
+        from kevin.core.rollout import rollout
+
+        return rollout
+    raise AttributeError(f"module 'kevin.core' has no attribute {name!r}")
