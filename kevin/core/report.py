@@ -1,0 +1,489 @@
+"""Evaluation report: the paper's Tables 1 and 2 with bootstrap confidence intervals, compute, plots.
+
+What is computed (kevin-method.md section 7.2; paper section 5):
+
+- **Per turn budget** (Table 1 at every t, Fig. 5). For t = 1..T, every trajectory is cut to its first
+  t turns and scored as the paper scores a trajectory: *correct* if one of its kernels is correct,
+  *performance* the speedup of its fastest correct kernel (0 if none), *fast_p* if that speedup is
+  >= p. Per task, best@k is the unbiased estimate of the best of k trajectories drawn without
+  replacement from the G sampled (Chen et al.; equal to the plain max when k = G) and avg@k is the
+  mean over the G trajectories. The table reports the mean over tasks, each with a bootstrap CI.
+- **Equal budget** (Table 2, Fig. 6). Configurations m x n with the same number of kernels m * n per
+  task (the paper: 16 x 8, 32 x 4, 128 x 1), each its own rollout, each scored best@m at n turns; next
+  to it the compute each one used (prompt and generated tokens, generation and sandbox seconds, summed
+  over its turns), because serial refinement re-reads earlier kernels and feedback in its prompts and
+  so costs more prompt tokens per kernel than parallel sampling: equal kernels are not equal compute.
+- **Scaling curves**: for each configuration, best@k for k = 1..m against kernels (k * n) and against
+  generated tokens (k trajectories' worth), so serial and parallel can be compared at any budget.
+
+Everything here is pure (records in, records out) except ``write_markdown_report`` and the ``plot_*``
+functions, which write files; matplotlib is imported inside the plot functions only.
+
+>>> from kevin.core.report import bootstrap_ci
+>>> bootstrap_ci([1.0, 1.0, 1.0])
+(1.0, 1.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kevin.core.types import Trajectory
+
+FAST_THRESHOLDS = (1.0, 1.5)
+"""The p of the paper's fast_p columns (Table 1: fast_1 and fast_1.5)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Bootstrap over tasks
+
+
+def bootstrap_ci(
+    per_task_values: Sequence[float], *, n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean over tasks and its percentile-bootstrap (1 - alpha) confidence interval.
+
+    Args:
+        per_task_values: [B] one number per task (for example a task's best@16 speedup).
+        n_resamples: R bootstrap resamples; each draws B tasks with replacement.
+        alpha: 0.05 gives a 95% interval.
+        seed: seeds a private ``torch.Generator``; the same inputs give the same interval.
+
+    Returns ``(mean, lo, hi)``: ``mean`` is the plain mean of the B values; ``lo`` and ``hi`` are the
+    alpha/2 and 1 - alpha/2 quantiles (linear interpolation) of the R resampled means.
+
+    The interval covers the variation from *which tasks* are in the evaluation set, the dominant noise
+    with 100 tasks. It treats each task's value as fixed, so it does not include the sampling noise of
+    the G trajectories within a task; with small G the true uncertainty is larger.
+
+    Constant values give a zero-width interval: ``bootstrap_ci([2, 2]) == (2.0, 2.0, 2.0)``.
+    """
+    if len(per_task_values) == 0:
+        raise ValueError("bootstrap_ci needs at least one task value")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    values = torch.tensor([float(v) for v in per_task_values], dtype=torch.float64)  # [B]
+    mean = values.mean().item()
+    if bool((values == values[0]).all()):
+        return mean, mean, mean  # every resample has the same mean; skip float noise of quantile
+    generator = torch.Generator().manual_seed(seed)
+    index = torch.randint(len(values), (n_resamples, len(values)), generator=generator)  # [R, B]
+    means = values[index].mean(dim=1)  # [R]
+    q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(means, q).tolist()
+    return mean, lo, hi
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over tasks with its bootstrap interval [lo, hi]."""
+
+    mean: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, per_task_values: Sequence[float], *, n_resamples: int = 1000, alpha: float = 0.05,
+           seed: int = 0) -> "Estimate":
+        return cls(*bootstrap_ci(per_task_values, n_resamples=n_resamples, alpha=alpha, seed=seed))
+
+
+# --------------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The eight numbers of one row of the paper's Table 1, each a mean over tasks with its CI.
+
+    ``correct_*`` are fractions in [0, 1]; ``speedup_*`` are speedups (0 for a trajectory with no
+    correct kernel); ``fast1_*`` and ``fast15_*`` are the fractions fast_1 and fast_1.5.
+    """
+
+    k: int
+    correct_best: Estimate
+    correct_avg: Estimate
+    speedup_best: Estimate
+    speedup_avg: Estimate
+    fast1_best: Estimate
+    fast1_avg: Estimate
+    fast15_best: Estimate
+    fast15_avg: Estimate
+
+    FIELDS = ("correct_best", "correct_avg", "speedup_best", "speedup_avg",
+              "fast1_best", "fast1_avg", "fast15_best", "fast15_avg")
+
+
+@dataclass(frozen=True)
+class Compute:
+    """What a set of turns cost, summed over all its turns (all tasks, trajectories, turns).
+
+    ``generation_s`` and ``evaluation_s`` are the seconds the rollout attributed to each turn; with
+    batched generation the rollout splits a batch's time over its turns, so they add up to wall time.
+    """
+
+    kernels: int
+    prompt_tokens: int
+    generated_tokens: int
+    generation_s: float
+    evaluation_s: float
+
+    def __add__(self, other: "Compute") -> "Compute":
+        return Compute(self.kernels + other.kernels, self.prompt_tokens + other.prompt_tokens,
+                       self.generated_tokens + other.generated_tokens,
+                       self.generation_s + other.generation_s, self.evaluation_s + other.evaluation_s)
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """One row of the per-turn-budget table: every trajectory cut to its first ``turns`` turns."""
+
+    turns: int
+    summary: Summary
+    compute: Compute
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """One column of the paper's Table 2: configuration m x n scored best@m at n turns."""
+
+    m: int
+    n: int
+    n_tasks: int
+    summary: Summary
+    compute: Compute
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.n}"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """best@k of one configuration at k trajectories: what k * n kernels buy (means over tasks)."""
+
+    k: int
+    kernels: float
+    generated_tokens: float
+    correct_best: float
+    speedup_best: float
+
+
+# --------------------------------------------------------------------------------------------------
+# Grouping and compute
+
+
+def group_by_task(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
+    """Trajectories grouped per task (ordered by task_index, then trajectory_index).
+
+    Raises ValueError when tasks have different numbers of trajectories or trajectories different
+    numbers of turns: every estimator here assumes G trajectories x T turns for every task.
+    """
+    if not trajectories:
+        raise ValueError("no trajectories to report")
+    groups: dict[int, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.task_index, []).append(trajectory)
+    out = [sorted(groups[i], key=lambda tr: tr.trajectory_index) for i in sorted(groups)]
+    sizes = {len(g) for g in out}
+    turns = {len(tr.turns) for tr in trajectories}
+    if len(sizes) != 1:
+        raise ValueError(f"tasks have different numbers of trajectories: {sorted(sizes)}")
+    if len(turns) != 1:
+        raise ValueError(f"trajectories have different numbers of turns: {sorted(turns)}")
+    return out
+
+
+def shape_of(trajectories: Sequence[Trajectory]) -> tuple[int, int, int]:
+    """(B tasks, G trajectories per task, T turns) of a rollout."""
+    groups = group_by_task(trajectories)
+    return len(groups), len(groups[0]), len(groups[0][0].turns)
+
+
+def compute_used(trajectories: Sequence[Trajectory], *, turns: int | None = None) -> Compute:
+    """Sum of the costs of every turn (only the first ``turns`` of each trajectory when given).
+
+    >>> compute_used([]).kernels
+    0
+    """
+    total = Compute(0, 0, 0, 0.0, 0.0)
+    for trajectory in trajectories:
+        for turn in trajectory.turns[:turns]:
+            total += Compute(1, turn.prompt_tokens, turn.generated_tokens, turn.generation_s,
+                             turn.evaluation_s)
+    return total
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables
+
+
+def summarize(trajectories: Sequence[Trajectory], *, turns: int | None = None, k: int | None = None,
+              n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0) -> Summary:
+    """Table 1's eight columns for the first ``turns`` turns (default all) and best@k (default k = G).
+
+    Per task, values come from ``kevin.core.metrics``; the Summary holds their mean over tasks with a
+    bootstrap CI.
+    """
+    groups = group_by_task(trajectories)
+    g = len(groups[0])
+    k = g if k is None else k
+    if not 1 <= k <= g:
+        raise ValueError(f"best@k needs 1 <= k <= G = {g}, got k = {k}")
+    per_task = [_metrics_per_task(group, turns=turns, k=k) for group in groups]  # B dicts
+    est = {name: Estimate.of([t[name] for t in per_task], n_resamples=n_resamples, alpha=alpha,
+                             seed=seed) for name in Summary.FIELDS}
+    return Summary(k=k, **est)
+
+
+def turn_table(trajectories: Sequence[Trajectory], *, k: int | None = None, n_resamples: int = 1000,
+               alpha: float = 0.05, seed: int = 0) -> list[TurnRow]:
+    """One TurnRow per turn budget t = 1..T (Table 1 at every t; the data of the paper's Fig. 5)."""
+    _, _, n_turns = shape_of(trajectories)
+    return [TurnRow(t, summarize(trajectories, turns=t, k=k, n_resamples=n_resamples, alpha=alpha,
+                                 seed=seed), compute_used(trajectories, turns=t))
+            for t in range(1, n_turns + 1)]
+
+
+def equal_budget_table(rollouts: Sequence[Sequence[Trajectory]], *, n_resamples: int = 1000,
+                       alpha: float = 0.05, seed: int = 0) -> list[BudgetRow]:
+    """Table 2: one BudgetRow per rollout (each an m x n configuration), scored best@m at n turns.
+
+    The rollouts should share tasks and kernel budget m * n; a mismatch is not an error (a partial
+    table is still informative) but the markdown report flags it.
+    """
+    rows = []
+    for trajectories in rollouts:
+        n_tasks, m, n = shape_of(trajectories)
+        rows.append(BudgetRow(m, n, n_tasks,
+                              summarize(trajectories, n_resamples=n_resamples, alpha=alpha, seed=seed),
+                              compute_used(trajectories)))
+    return rows
+
+
+def scaling_curve(trajectories: Sequence[Trajectory], *, ks: Sequence[int] | None = None) -> list[CurvePoint]:
+    """best@k at all n turns for k in ``ks`` (default 1, 2, 4, ... and G): Fig. 6 for one configuration.
+
+    ``kernels`` = k * n; ``generated_tokens`` = k times the mean generated tokens of one trajectory,
+    averaged over tasks (what k trajectories cost on average).
+    """
+    groups = group_by_task(trajectories)
+    g = len(groups[0])
+    n = len(groups[0][0].turns)
+    if ks is None:
+        ks = sorted({2**i for i in range(int(math.log2(g)) + 1)} | {g})
+    per_traj_tokens = [sum(sum(t.generated_tokens for t in tr.turns) for tr in gr) / g for gr in groups]
+    mean_traj_tokens = sum(per_traj_tokens) / len(groups)
+    points = []
+    for k in ks:
+        per_task = [_metrics_per_task(group, turns=None, k=k) for group in groups]
+        points.append(CurvePoint(k, float(k * n), k * mean_traj_tokens,
+                                 sum(p["correct_best"] for p in per_task) / len(groups),
+                                 sum(p["speedup_best"] for p in per_task) / len(groups)))
+    return points
+
+
+def metrics_records(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow]) -> list[dict]:
+    """Flat, namespaced records for ``metrics.jsonl``: one per turn budget, one per configuration.
+
+    Keys: ``table`` ("turns" | "budget"), ``turns`` or ``config``, then ``correct/best@k``,
+    ``correct/avg@k``, ``speedup/best@k``, ``speedup/avg@k``, ``fast_1/best@k``, ``fast_1/avg@k``,
+    ``fast_1.5/best@k``, ``fast_1.5/avg@k``, each also with ``_lo`` and ``_hi``, and ``compute/...``.
+    """
+    records = []
+    for row in turn_rows:
+        records.append({"table": "turns", "turns": row.turns, **_flat(row.summary), **_flat_compute(row.compute)})
+    for row in budget_rows:
+        records.append({"table": "budget", "config": row.label, "m": row.m, "n": row.n,
+                        "n_tasks": row.n_tasks, **_flat(row.summary), **_flat_compute(row.compute)})
+    return records
+
+
+_COLUMN = {"correct_best": "correct/best@k", "correct_avg": "correct/avg@k",
+           "speedup_best": "speedup/best@k", "speedup_avg": "speedup/avg@k",
+           "fast1_best": "fast_1/best@k", "fast1_avg": "fast_1/avg@k",
+           "fast15_best": "fast_1.5/best@k", "fast15_avg": "fast_1.5/avg@k"}
+
+
+def _flat(summary: Summary) -> dict:
+    out: dict = {"k": summary.k}
+    for name in Summary.FIELDS:
+        e: Estimate = getattr(summary, name)
+        key = _COLUMN[name]
+        out[key], out[key + "_lo"], out[key + "_hi"] = e.mean, e.lo, e.hi
+    return out
+
+
+def _flat_compute(c: Compute) -> dict:
+    return {"compute/kernels": c.kernels, "compute/prompt_tokens": c.prompt_tokens,
+            "compute/generated_tokens": c.generated_tokens, "compute/generation_s": c.generation_s,
+            "compute/evaluation_s": c.evaluation_s}
+
+
+# --------------------------------------------------------------------------------------------------
+# Adapter to kevin.core.metrics (the one place that knows its names)
+
+
+def _metrics_per_task(group: Sequence[Trajectory], *, turns: int | None, k: int) -> dict[str, float]:
+    """Summary.FIELDS -> value for one task's G trajectories cut to ``turns`` turns.
+
+    TEMPORARY local estimator until kevin.core.metrics lands; then this calls it.
+    """
+    values = []
+    for trajectory in group:
+        speedups = [(t.result.speedup or 0.0) for t in trajectory.turns[:turns] if t.result.correct]
+        correct = 1.0 if speedups else 0.0
+        best = max(speedups, default=0.0)
+        values.append((correct, best, float(correct and best >= 1.0), float(correct and best >= 1.5)))
+    out = {}
+    for j, name in enumerate(("correct", "speedup", "fast1", "fast15")):
+        column = sorted(v[j] for v in values)
+        g = len(column)
+        out[f"{name}_best"] = sum(math.comb(i, k - 1) * column[i] for i in range(k - 1, g)) / math.comb(g, k)
+        out[f"{name}_avg"] = sum(column) / g
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown and plots
+
+
+def _pct(e: Estimate) -> str:
+    return f"{100 * e.mean:.1f}% [{100 * e.lo:.1f}, {100 * e.hi:.1f}]"
+
+
+def _x(e: Estimate) -> str:
+    return f"{e.mean:.2f}x [{e.lo:.2f}, {e.hi:.2f}]"
+
+
+def _summary_cells(s: Summary) -> list[str]:
+    return [_pct(s.correct_best), _pct(s.correct_avg), _x(s.speedup_best), _x(s.speedup_avg),
+            _pct(s.fast1_best), _pct(s.fast1_avg), _pct(s.fast15_best), _pct(s.fast15_avg)]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow], *,
+                    title: str = "Evaluation", n_tasks: int | None = None, alpha: float = 0.05,
+                    settings: Mapping[str, object] | None = None,
+                    plots: Sequence[str] = ()) -> str:
+    """The report as markdown text (pure; ``write_markdown_report`` writes it)."""
+    ci = f"{100 * (1 - alpha):.0f}%"
+    lines = [f"# {title}", ""]
+    if n_tasks is not None:
+        lines += [f"{n_tasks} tasks. Every number is a mean over tasks with its {ci} percentile-bootstrap "
+                  "interval over tasks in brackets. A trajectory is correct if one of its kernels is; "
+                  "its speedup is that of its fastest correct kernel, 0 if none (paper section 5).", ""]
+    if turn_rows:
+        k = turn_rows[0].summary.k
+        lines += [f"## Per turn budget (Table 1 at each turn; best@{k} and avg@{k})", ""]
+        header = ["turns", f"correct best@{k}", f"correct avg@{k}", f"speedup best@{k}",
+                  f"speedup avg@{k}", "fast_1 best", "fast_1 avg", "fast_1.5 best", "fast_1.5 avg",
+                  "gen. tokens"]
+        lines += _table(header, [[r.turns, *_summary_cells(r.summary), r.compute.generated_tokens]
+                                 for r in turn_rows])
+        lines.append("")
+    if budget_rows:
+        lines += ["## Equal kernel budget (Table 2): best@m of m trajectories x n turns", ""]
+        budgets = {r.m * r.n for r in budget_rows}
+        if len(budgets) > 1:
+            lines += [f"Note: the configurations do not share one kernel budget ({sorted(budgets)}).", ""]
+        header = ["config", "kernels/task", "speedup best@m", "correct best@m", "fast_1 best@m",
+                  "fast_1.5 best@m"]
+        lines += _table(header, [[r.label, r.m * r.n, _x(r.summary.speedup_best),
+                                  _pct(r.summary.correct_best), _pct(r.summary.fast1_best),
+                                  _pct(r.summary.fast15_best)] for r in budget_rows])
+        lines += ["", "### Compute used (all tasks)", ""]
+        header = ["config", "kernels", "prompt tokens", "generated tokens", "generation s", "sandbox s",
+                  "prompt tokens/kernel", "generated tokens/kernel"]
+        lines += _table(header, [[r.label, c.kernels, c.prompt_tokens, c.generated_tokens,
+                                  f"{c.generation_s:.1f}", f"{c.evaluation_s:.1f}",
+                                  f"{c.prompt_tokens / max(c.kernels, 1):.0f}",
+                                  f"{c.generated_tokens / max(c.kernels, 1):.0f}"]
+                                 for r in budget_rows for c in [r.compute]])
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
+    if settings:
+        lines += ["## Settings", "", "```"] + [f"{k_}: {v}" for k_, v in settings.items()] + ["```", ""]
+    return "\n".join(lines)
+
+
+def write_markdown_report(path: str | Path, turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow],
+                          **kwargs) -> Path:
+    """Write ``markdown_report(...)`` to ``path`` (keyword arguments as there); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown_report(turn_rows, budget_rows, **kwargs))
+    return path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_turns(turn_rows: Sequence[TurnRow], path: str | Path, *, title: str = "") -> Path:
+    """Correctness and speedup against turns, best@k and avg@k with CI bands (the paper's Fig. 5)."""
+    plt = _pyplot()
+    t = [r.turns for r in turn_rows]
+    k = turn_rows[0].summary.k
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric, ylabel in ((axes[0], "correct", "correct (fraction)"), (axes[1], "speedup", "speedup (x)")):
+        for kind, style in (("best", "-o"), ("avg", "--s")):
+            es = [getattr(r.summary, f"{metric}_{kind}") for r in turn_rows]
+            ax.plot(t, [e.mean for e in es], style, label=f"{kind}@{k}")
+            ax.fill_between(t, [e.lo for e in es], [e.hi for e in es], alpha=0.2)
+        ax.set_xlabel("turns")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(t)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_equal_budget(curves: Mapping[str, Sequence[CurvePoint]], path: str | Path, *,
+                      title: str = "") -> Path:
+    """Serial against parallel: best@k speedup and correctness of each m x n configuration against
+    kernels per task (left pair) and against generated tokens per task (right pair)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    for label, points in curves.items():
+        for ax, x_name in ((axes[0], "kernels"), (axes[2], "generated_tokens")):
+            ax.plot([getattr(p, x_name) for p in points], [p.speedup_best for p in points], "-o", label=label)
+        for ax, x_name in ((axes[1], "kernels"), (axes[3], "generated_tokens")):
+            ax.plot([getattr(p, x_name) for p in points], [p.correct_best for p in points], "-o", label=label)
+    for ax, xl, yl in ((axes[0], "kernels per task", "speedup best@k (x)"),
+                       (axes[1], "kernels per task", "correct best@k"),
+                       (axes[2], "generated tokens per task", "speedup best@k (x)"),
+                       (axes[3], "generated tokens per task", "correct best@k")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
