@@ -1,0 +1,159 @@
+"""Command-line overrides for a recipe's ``Config`` dataclass: ``--field value`` or ``--field=value``.
+
+Every field of the dataclass is an option, typed from its annotation (``int``, ``float``, ``str``,
+``bool``, and ``X | None`` of those). The docstring written under a field (cleanrl style) is its help
+text. Unknown fields and values of the wrong type are errors, never silently ignored: a typo in an
+ablation flag would otherwise run the paper's default and look like a result.
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class C:
+...     steps: int = 40
+...     '''number of RL steps'''
+...     gamma: float = 0.4
+...     lora: bool = False
+...     speedup_cap: float | None = None
+>>> parse_config(C, ["--steps", "2", "--gamma=0.8", "--lora", "--speedup_cap", "none"])
+C(steps=2, gamma=0.8, lora=True, speedup_cap=None)
+
+Booleans accept ``true/false/1/0/yes/no``; a bare ``--flag`` means true. ``none`` (any case) sets an
+optional field to None. Dashes and underscores in names are interchangeable (``--max-new-tokens``).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from typing import Any, Mapping, Sequence
+
+__all__ = ["ConfigError", "parse_config", "field_docs", "config_help", "parse_value"]
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+class ConfigError(ValueError):
+    """An unknown option, a missing value, or a value that does not fit the field's type."""
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); ``X`` -> (X, False)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise ConfigError(f"unsupported field type {tp!r}: only X | None unions are supported")
+        return args[0], len(args) != len(typing.get_args(tp))
+    return tp, False
+
+
+def parse_value(text: str, tp: Any, *, name: str = "value") -> Any:
+    """Convert the command-line string ``text`` to the annotated type ``tp``.
+
+    >>> parse_value("3", int), parse_value("no", bool), parse_value("None", float | None)
+    (3, False, None)
+    """
+    base, optional = _unwrap_optional(tp)
+    if optional and text.strip().lower() == "none":
+        return None
+    if typing.get_origin(base) is typing.Literal:
+        choices = typing.get_args(base)
+        if text not in choices:
+            raise ConfigError(f"--{name}: {text!r} is not one of {list(choices)}")
+        return text
+    if base is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"--{name}: expected a boolean (true/false), got {text!r}")
+    if base in (int, float, str):
+        try:
+            return base(text)
+        except ValueError:
+            raise ConfigError(f"--{name}: expected {base.__name__}, got {text!r}") from None
+    raise ConfigError(f"--{name}: unsupported field type {tp!r}")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass, by field name ('' when absent)."""
+    docs = {f.name: "" for f in dataclasses.fields(cls)}
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):  # defined in a REPL or a doctest: no source to read
+        return docs
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str) and node.target.id in docs):
+            docs[node.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+def config_help(cls: type, defaults: Mapping[str, Any] | None = None) -> str:
+    """A help text listing every option with its type, default and docstring."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    lines = [f"options of {cls.__name__} (--field value or --field=value):"]
+    for f in dataclasses.fields(cls):
+        default = (defaults or {}).get(f.name, f.default)
+        tname = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        lines.append(f"  --{f.name} ({tname}, default {default!r})")
+        if docs[f.name]:
+            lines.extend("      " + ln for ln in docs[f.name].splitlines())
+    return "\n".join(lines)
+
+
+def parse_config(cls: type, argv: Sequence[str], *, defaults: Mapping[str, Any] | None = None) -> Any:
+    """Build ``cls(**defaults, **overrides from argv)``.
+
+    ``defaults`` replaces the dataclass's own defaults for the fields it names (a recipe uses this for
+    its CPU-sized preset); anything given on the command line still wins. Raises ``ConfigError`` for an
+    unknown option, a positional argument, a repeated option or a badly typed value. ``--help`` raises
+    ``SystemExit`` after printing :func:`config_help`.
+    """
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    values: dict[str, Any] = {}
+    for key, val in (defaults or {}).items():
+        if key not in names:
+            raise ConfigError(f"default for unknown field {key!r} of {cls.__name__}")
+        values[key] = val
+    given: set[str] = set()
+    i, argv = 0, list(argv)
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            print(config_help(cls, values))
+            raise SystemExit(0)
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected positional argument {arg!r}; use --field value")
+        key, eq, text = arg[2:].partition("=")
+        key = key.replace("-", "_")
+        if key not in names:
+            close = [n for n in sorted(names) if n.startswith(key[:3])]
+            raise ConfigError(f"unknown option --{key} for {cls.__name__}" + (f" (did you mean {close}?)" if close else ""))
+        if key in given:
+            raise ConfigError(f"option --{key} given twice")
+        given.add(key)
+        base, _ = _unwrap_optional(hints[key])
+        if not eq:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if base is bool and (nxt is None or nxt.startswith("--")):
+                values[key] = True  # bare flag
+                i += 1
+                continue
+            if nxt is None:
+                raise ConfigError(f"option --{key} needs a value")
+            text = nxt
+            i += 1
+        values[key] = parse_value(text, hints[key], name=key)
+        i += 1
+    return cls(**values)

@@ -1,0 +1,68 @@
+"""Metric loggers: JSONL lines per step, a null logger, accelerate forwarding."""
+
+import json
+
+import torch
+
+from kevin.core.tracking import AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, read_jsonl, to_jsonable
+
+
+def test_each_log_call_writes_one_line_with_the_step_first(tmp_path):
+    path = tmp_path / "m.jsonl"
+    lg = JsonlLogger(path)
+    lg.log({"reward/mean": 0.5}, step=0)
+    lg.log({"reward/mean": 0.75, "loss/policy": -0.1}, step=1)
+    lg.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    assert list(json.loads(lines[1])) == ["step", "reward/mean", "loss/policy"]
+
+
+def test_a_reopened_logger_appends_so_a_resumed_run_keeps_its_history(tmp_path):
+    path = tmp_path / "m.jsonl"
+    JsonlLogger(path).log({"x": 1}, step=0)
+    JsonlLogger(path).log({"x": 2}, step=1)
+    assert [r["x"] for r in read_jsonl(path)] == [1, 2]
+
+
+def test_tensors_become_numbers_and_nan_becomes_null():
+    out = to_jsonable({"a": torch.tensor(1.5), "b": torch.tensor([1, 2]), "c": float("inf")})
+    assert out == {"a": 1.5, "b": [1, 2], "c": None}
+
+
+def test_a_torn_last_line_is_dropped_when_reading(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 0, "x": 1}\n{"step": 1, "x"')
+    assert read_jsonl(path) == [{"step": 0, "x": 1}]
+
+
+def test_null_logger_accepts_everything():
+    lg = NullLogger()
+    lg.log({"x": 1}, step=0)
+    lg.close()
+
+
+class _FakeAccelerator:
+    def __init__(self):
+        self.logged, self.ended = [], False
+
+    def log(self, values, step):
+        self.logged.append((values, step))
+
+    def end_training(self):
+        self.ended = True
+
+
+def test_accelerate_logger_forwards_only_numbers():
+    acc = _FakeAccelerator()
+    lg = AccelerateLogger(acc)
+    lg.log({"reward/mean": torch.tensor(0.5), "run/name": "x", "flag": True, "n": 3}, step=2)
+    lg.close()
+    assert acc.logged == [({"reward/mean": 0.5, "n": 3}, 2)] and acc.ended
+
+
+def test_multi_logger_sends_to_every_logger(tmp_path):
+    acc = _FakeAccelerator()
+    lg = MultiLogger([JsonlLogger(tmp_path / "m.jsonl"), AccelerateLogger(acc)])
+    lg.log({"x": 1.0}, step=0)
+    assert read_jsonl(tmp_path / "m.jsonl") == [{"step": 0, "x": 1.0}] and acc.logged == [({"x": 1.0}, 0)]
