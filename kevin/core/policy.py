@@ -1,0 +1,566 @@
+"""Policies: what turns a batch of chat conversations into sampled responses, behind one protocol.
+
+``Policy.generate(conversations) -> list[Generation]`` takes chat messages (``[{"role", "content"}]``, one
+list per conversation) and returns one :class:`Generation` per conversation, in order. A rollout calls it
+once per turn with every live conversation (B tasks x G trajectories), so backends batch internally.
+
+Backends:
+
+- :class:`TransformersPolicy`: a ``transformers`` causal LM (optionally ``peft``-wrapped) with its tokenizer.
+  Token ids are kept exactly as sampled and the sampling log-probs are recorded. ``mode`` picks the
+  generation engine (see the class docstring); ``"auto"`` takes the fastest exact-sampling one measured on
+  an H200 (``benchmarks/results/generation_h200.md``) when the model is on CUDA and plain ``generate``
+  elsewhere.
+- :class:`VLLMPolicy`: vLLM when installed (``pip install vllm``).
+- :class:`OpenAIPolicy`: any OpenAI-compatible ``/v1/chat/completions`` endpoint over ``urllib``, to evaluate
+  API models under the same harness (no token ids, no log-probs).
+- ``kevin.core.tiny.tiny_policy()``: a tiny random Qwen2 with a locally trained tokenizer, for CPU runs.
+
+Conventions shared by the backends that return token ids:
+
+- ``token_ids`` end with the stop token (EOS) when the model emitted one: the model sampled it, so it is
+  trained on (loss mask 1) like any other response token. Nothing after it (batch padding) is kept.
+  ``text`` is the decoded response without that stop token.
+- ``truncated`` is True when ``max_new_tokens`` ran out before a stop token.
+- ``logprobs[i]`` is log pi(token_ids[i]) under the distribution the token was actually drawn from: the
+  log-softmax of the *processed* scores, i.e. the logits divided by the temperature with top-p's removed
+  tokens at -inf (renormalised over the kept ones). With ``temperature=1, top_p=1`` that is the model's own
+  log-probability; otherwise a trainer that recomputes log-probs must apply the same temperature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "generate", "static", "continuous")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled response: the prompt ids the policy saw, the ids it sampled, their log-probs, the text.
+
+    ``token_ids`` are as sampled (never re-tokenized), ending with the stop token when one was emitted;
+    ``logprobs`` has one entry per token id, or is None when the backend does not report them; ``text``
+    is the decoded response without the stop token; ``truncated`` means max_new_tokens ran out first.
+    """
+
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None
+    text: str
+    truncated: bool
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} token ids")
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that samples one response per conversation and can count tokens of a text."""
+
+    def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def cut_at_stop(
+    token_ids: Sequence[int], logprobs: Sequence[float] | None, stop_ids: frozenset[int] | set[int]
+) -> tuple[tuple[int, ...], tuple[float, ...] | None, bool]:
+    """Keep ``token_ids`` up to and including the first stop id; returns (ids, logprobs, stopped).
+
+    >>> cut_at_stop([5, 7, 2, 0, 0], [-1.0, -2.0, -0.5, 0.0, 0.0], {2, 0})
+    ((5, 7, 2), (-1.0, -2.0, -0.5), True)
+    >>> cut_at_stop([5, 7], None, {2})
+    ((5, 7), None, False)
+    """
+    end = len(token_ids)
+    stopped = False
+    for i, t in enumerate(token_ids):
+        if int(t) in stop_ids:
+            end, stopped = i + 1, True
+            break
+    ids = tuple(int(t) for t in token_ids[:end])
+    lps = None if logprobs is None else tuple(float(x) for x in logprobs[:end])
+    return ids, lps, stopped
+
+
+def round_up(n: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is >= n (n >= 1). round_up(1025, 256) = 1280."""
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Left-pad every prompt to ``length``; returns (input_ids, attention_mask), both [B][length].
+
+    >>> left_pad([[7, 8], [9]], 3, 0)
+    ([[0, 7, 8], [0, 0, 9]], [[0, 1, 1], [0, 0, 1]])
+    """
+    ids, mask = [], []
+    for p in prompts:
+        n = len(p)
+        if n > length:
+            raise ValueError(f"prompt of {n} tokens does not fit in {length}")
+        ids.append([pad_id] * (length - n) + [int(t) for t in p])
+        mask.append([0] * (length - n) + [1] * n)
+    return ids, mask
+
+
+# ----------------------------------------------------------------------------------------------------------
+# transformers
+
+
+def _logprob_recorder_class():
+    """A ``LogitsProcessor`` that records log pi(sampled token) from the final processed scores.
+
+    It must be the last processor. At step k it sees the scores the k-th token will be drawn from, and the
+    input ids that end with token k-1: so it stores log_softmax(scores_k) [B, V] until the next call, when
+    it gathers the row entry of the token that was drawn. ``finish(sequences)`` gathers the last one.
+    Memory: one [B, V] fp32 buffer, not one per step (``output_scores`` would keep B*L*V floats).
+    """
+    import torch
+    from transformers import LogitsProcessor
+
+    class LogprobRecorder(LogitsProcessor):
+        def __init__(self) -> None:
+            self.prev: torch.Tensor | None = None  # [B, V] log-probs the latest token was drawn from
+            self.steps: list[torch.Tensor] = []  # each [B]
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            if self.prev is not None:
+                self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
+            self.prev = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+        def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+            """new_tokens [B, n] (the generated part of the sequences) -> logprobs [B, n]."""
+            n = new_tokens.shape[1]
+            steps = self.steps[:n]
+            if len(steps) < n and self.prev is not None:
+                steps.append(self.prev.gather(1, new_tokens[:, len(steps) : len(steps) + 1]).squeeze(1))
+            assert len(steps) == n, (len(steps), n)
+            return torch.stack(steps, dim=1) if steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
+
+    return LogprobRecorder
+
+
+class TransformersPolicy:
+    """A ``transformers`` causal LM (plain or ``peft``-wrapped) as a :class:`Policy`.
+
+    Args:
+        model: a causal LM (``Qwen2ForCausalLM``, a ``PeftModel`` around one, ...), already on its device.
+        tokenizer: its tokenizer, with a chat template; prompts are
+            ``apply_chat_template(messages, add_generation_prompt=True)``.
+        max_new_tokens: response budget per turn.
+        temperature, top_p: sampling; exact multinomial sampling from softmax(logits / T) restricted to the
+            top-p nucleus. No other warper is applied: the model's own generation defaults (Qwen ships
+            ``top_k=20``, a repetition penalty) are overridden to neutral values.
+        mode: the generation engine.
+            ``"generate"``: ``model.generate`` with the default dynamic cache, left padding, one batch.
+            ``"static"``: ``model.generate`` with a static KV cache whose size is rounded up to a multiple of
+            ``cache_bucket`` (so successive calls reuse one cache and one compiled graph); on CUDA,
+            transformers compiles the decoding forward (``torch.compile``, CUDA graphs). Batches are padded
+            to a multiple of 8 rows for the same reason (padding rows are dropped).
+            ``"continuous"``: ``model.generate_batch`` (continuous batching, paged KV cache).
+            ``"auto"``: ``"static"`` when the model is on CUDA (the fastest exact path measured, see
+            ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
+        batch_size: most conversations per ``generate`` call (None: all at once).
+        stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
+        chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
+        generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
+        continuous_batching_config: a ``transformers.ContinuousBatchingConfig`` for mode "continuous".
+
+    Every response carries its sampling log-probs (see the module docstring for their exact meaning).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float = 0.9,
+        top_p: float = 1.0,
+        mode: str = "auto",
+        batch_size: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        generate_kwargs: dict[str, Any] | None = None,
+        cache_bucket: int = 1024,
+        continuous_batching_config: Any = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 (sampling); greedy decoding is not a policy for RL")
+        if not 0 < top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = int(max_new_tokens)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.mode = mode
+        self.batch_size = batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.generate_kwargs = dict(generate_kwargs or {})
+        self.cache_bucket = int(cache_bucket)
+        self.continuous_batching_config = continuous_batching_config
+        if stop_token_ids is None:
+            stop_token_ids = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None]
+        self.stop_token_ids = tuple(dict.fromkeys(int(i) for i in stop_token_ids))
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (
+            self.stop_token_ids[0] if self.stop_token_ids else 0
+        )
+
+    # -- protocol ------------------------------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_conversation(self, messages: list[dict]) -> list[int]:
+        """Prompt token ids: the chat template with the assistant's generation prompt, no extra specials."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]:
+        prompts = [self.encode_conversation(m) for m in conversations]
+        return self.generate_from_ids(prompts)
+
+    # -- engines -------------------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> Any:
+        dev = getattr(self.model, "device", None)
+        if dev is None:
+            dev = next(self.model.parameters()).device
+        return dev
+
+    def resolved_mode(self) -> str:
+        """The engine ``mode`` stands for on this model's device."""
+        if self.mode != "auto":
+            return self.mode
+        return "static" if getattr(self.device, "type", str(self.device)) == "cuda" else "generate"
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]]) -> list[Generation]:
+        """Sample one response per prompt (token ids already templated); order is kept."""
+        if not prompts:
+            return []
+        mode = self.resolved_mode()
+        size = self.batch_size or len(prompts)
+        out: list[Generation] = []
+        for start in range(0, len(prompts), size):
+            chunk = [list(p) for p in prompts[start : start + size]]
+            if mode == "continuous":
+                raw = self._continuous(chunk)
+            else:
+                raw = self._generate(chunk, static=(mode == "static"))
+            for prompt, (ids, lps) in zip(chunk, raw):
+                out.append(self._finish(prompt, ids, lps))
+        return out
+
+    def _finish(self, prompt: Sequence[int], ids: Sequence[int], lps: Sequence[float] | None) -> Generation:
+        token_ids, logprobs, stopped = cut_at_stop(ids, lps, frozenset(self.stop_token_ids))
+        body = token_ids[:-1] if stopped else token_ids
+        text = self.tokenizer.decode(list(body), skip_special_tokens=True)
+        return Generation(
+            prompt_ids=tuple(int(t) for t in prompt),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            text=text,
+            truncated=not stopped and len(token_ids) >= self.max_new_tokens,
+        )
+
+    def _generation_config(self, **extra: Any) -> Any:
+        """Explicit sampling settings; temperature / top-p are applied by our own processors (see _generate)."""
+        from transformers import GenerationConfig
+
+        return GenerationConfig(
+            do_sample=True,
+            max_new_tokens=self.max_new_tokens,
+            # neutral values so that nothing from the model's own generation_config adds a warper
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            typical_p=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            num_beams=1,
+            num_return_sequences=1,
+            eos_token_id=list(self.stop_token_ids) or None,
+            pad_token_id=self.pad_token_id,
+            **extra,
+        )
+
+    def _generate(self, prompts: list[list[int]], *, static: bool) -> list[tuple[list[int], list[float]]]:
+        """HF ``generate`` on one left-padded batch; returns per-row (generated ids, logprobs), padding kept."""
+        import torch
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        n_real = len(prompts)
+        longest = max(len(p) for p in prompts)
+        extra: dict[str, Any] = {}
+        if static:
+            rows = round_up(n_real, 8)
+            prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
+            extra = {
+                "cache_implementation": "static",
+                "max_cache_len": round_up(longest + self.max_new_tokens, self.cache_bucket),
+            }
+        ids, mask = left_pad(prompts, longest, self.pad_token_id)
+        device = self.device
+        input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]
+        attention_mask = torch.tensor(mask, dtype=torch.long, device=device)  # [B, P]
+
+        recorder = _logprob_recorder_class()()
+        processors = []
+        if self.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
+        processors.append(recorder)  # last: sees exactly the scores the token is drawn from
+
+        with torch.no_grad():
+            sequences = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=self._generation_config(**extra),
+                logits_processor=LogitsProcessorList(processors),
+                **self.generate_kwargs,
+            )
+        new_tokens = sequences[:, input_ids.shape[1] :]  # [B, n]
+        logprobs = recorder.finish(new_tokens)  # [B, n]
+        new_list = new_tokens[:n_real].tolist()
+        lp_list = logprobs[:n_real].tolist()
+        return list(zip(new_list, lp_list))
+
+    def _continuous(self, prompts: list[list[int]]) -> list[tuple[list[int], list[float] | None]]:
+        """``generate_batch`` (continuous batching); results are matched back to prompts by their ids."""
+        from transformers import GenerationConfig
+
+        try:
+            from transformers import ContinuousBatchingConfig
+        except ImportError:  # pragma: no cover - older transformers
+            from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        cb = self.continuous_batching_config
+        if cb is None:
+            cb = ContinuousBatchingConfig(return_logprobs=True)
+        else:
+            cb = dataclasses.replace(cb, return_logprobs=True) if dataclasses.is_dataclass(cb) else cb
+        gen_config = GenerationConfig(
+            do_sample=True,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=0,
+            eos_token_id=list(self.stop_token_ids) or None,
+            pad_token_id=self.pad_token_id,
+            **self.generate_kwargs,
+        )
+        results = self.model.generate_batch(
+            inputs=prompts, generation_config=gen_config, continuous_batching_config=cb, progress_bar=False
+        )
+        by_prompt: dict[tuple[int, ...], list[Any]] = {}
+        for res in results.values():
+            if getattr(res, "error", None):
+                raise RuntimeError(f"generate_batch request {res.request_id} failed: {res.error}")
+            by_prompt.setdefault(tuple(res.prompt_ids), []).append(res)
+        out = []
+        for p in prompts:
+            res = by_prompt[tuple(p)].pop()  # identical prompts are exchangeable
+            lps = list(res.logprobs) if res.logprobs else None
+            out.append((list(res.generated_tokens), lps))
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# vLLM
+
+
+class VLLMPolicy:
+    """vLLM as a :class:`Policy` (optional dependency: ``pip install vllm``).
+
+    ``model`` is a model name or path; ``llm_kwargs`` go to ``vllm.LLM``. Log-probs are requested for the
+    sampled token only (``SamplingParams(logprobs=0)``); pass ``logprobs_mode="processed_logprobs"`` in
+    ``llm_kwargs`` (vLLM >= 0.10) to get them after temperature / top-p, as :class:`TransformersPolicy` does.
+    Not exercised by the test-suite beyond the missing-import error.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float = 0.9,
+        top_p: float = 1.0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as e:
+            raise ImportError("VLLMPolicy needs vLLM, which is not installed: pip install vllm") from e
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=model, **llm_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]:  # pragma: no cover - needs vllm
+        prompts = []
+        for m in conversations:
+            text = self.tokenizer.apply_chat_template(
+                m, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+            )
+            prompts.append(list(self.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        params = self._vllm.SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, logprobs=0
+        )
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        gens = []
+        for p, o in zip(prompts, outs):
+            c = o.outputs[0]
+            ids = tuple(int(t) for t in c.token_ids)
+            lps = None
+            if c.logprobs is not None:
+                lps = tuple(float(step[t].logprob) for step, t in zip(c.logprobs, ids))
+            gens.append(Generation(tuple(p), ids, lps, c.text, truncated=c.finish_reason == "length"))
+        return gens
+
+
+# ----------------------------------------------------------------------------------------------------------
+# OpenAI-compatible HTTP endpoint
+
+
+class OpenAIError(RuntimeError):
+    """A chat-completions request failed for good (a 4xx, or retries exhausted)."""
+
+
+class OpenAIPolicy:
+    """An OpenAI-compatible ``/chat/completions`` endpoint as a :class:`Policy` (standard library only).
+
+    ``base_url`` is the API root (``https://api.openai.com/v1``, ``http://127.0.0.1:8000/v1``);
+    ``api_key`` defaults to the ``OPENAI_API_KEY`` environment variable (none is sent when neither is set).
+    Requests run ``concurrency`` at a time. 429, 5xx, connection errors and timeouts are retried up to
+    ``max_retries`` times, waiting ``backoff_s * 2**attempt`` seconds (or the server's ``Retry-After``);
+    any other 4xx raises :class:`OpenAIError` at once with the server's message.
+
+    Token ids are not available: ``prompt_ids`` and ``token_ids`` are empty and ``logprobs`` is None, so
+    these generations are for evaluation, not training. A response the server cut at ``max_tokens``
+    (``finish_reason == "length"``) is ``truncated``. A server's separate reasoning text
+    (``reasoning_content``, as vLLM and DeepSeek return it) is put back in front as ``<think>...</think>``.
+    ``count_tokens`` is an approximation, ceil(characters / 4) (typical of BPE tokenizers on English and
+    code); it only sizes the prompt budget.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | None = None,
+        max_tokens: int = 4096,
+        temperature: float = 0.9,
+        top_p: float | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 5,
+        backoff_s: float = 2.0,
+        concurrency: int = 8,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = max(1, int(concurrency))
+        self.extra_body = dict(extra_body or {})
+
+    def count_tokens(self, text: str) -> int:
+        return math.ceil(len(text) / 4)
+
+    def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]:
+        if self.concurrency == 1 or len(conversations) <= 1:
+            return [self._one(m) for m in conversations]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+            return list(pool.map(self._one, conversations))
+
+    def _one(self, messages: list[dict]) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        body.update(self.extra_body)
+        reply = self._post(body)
+        try:
+            choice = reply["choices"][0]
+            message = choice["message"]
+            text = message.get("content") or ""
+        except (KeyError, IndexError, TypeError) as e:
+            raise OpenAIError(f"malformed chat-completions reply from {self.url}: {str(reply)[:300]}") from e
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning:
+            text = f"<think>\n{reasoning}\n</think>\n{text}"
+        return Generation((), (), None, text, truncated=choice.get("finish_reason") == "length")
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            wait = self.backoff_s * (2**attempt)
+            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read().decode())
+            except urllib.error.HTTPError as e:
+                detail = e.read().decode(errors="replace")[:500]
+                if e.code != 429 and e.code < 500:
+                    raise OpenAIError(f"HTTP {e.code} from {self.url}: {detail}") from e
+                last = f"HTTP {e.code}: {detail}"
+                retry_after = e.headers.get("Retry-After") if e.headers else None
+                if retry_after:
+                    try:
+                        wait = float(retry_after)
+                    except ValueError:
+                        pass
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.max_retries:
+                logger.warning("chat-completions attempt %d failed (%s); retrying in %.1fs", attempt + 1, last, wait)
+                time.sleep(wait)
+        raise OpenAIError(f"{self.url}: gave up after {self.max_retries + 1} attempts; last error {last}")
