@@ -1,0 +1,211 @@
+"""``rollout()``: the multi-turn generate -> evaluate -> refine loop of Kevin (paper section 4, Fig. 2).
+
+All G trajectories of all B tasks advance together, turn by turn. On each turn t:
+
+1. every trajectory's prompt is built from its task and its earlier attempts (kernel, summary, sandbox
+   feedback; never the earlier thoughts) by ``build_messages``;
+2. ONE batched ``policy.generate`` call samples a response for all B*G conversations;
+3. each response is parsed; a response that failed to parse, or that hit the token limit (``truncated``),
+   is a failed turn: a ``format_error`` result with the reason as feedback, scored 0, no sandbox call;
+4. the remaining kernels go to the sandbox in ONE ``sandbox.evaluate_many`` call;
+5. the verdict's feedback becomes part of turn t+1's prompt.
+
+Trajectories always run all T turns (no early stop on failure or success, paper section 3.4 of
+kevin-method.md). Scoring is not done here: a ``Turn`` keeps the raw ``EvalResult`` so that rewards can be
+computed, and recomputed with other settings, afterwards (``kevin.core.records.rescore``).
+
+Costs. ``Turn.generation_s`` is the batch's generation wall time shared out in proportion to each
+response's sampled tokens (characters when the backend reports no token ids; evenly when all are empty):
+a long response occupied the batch longer. ``Turn.evaluation_s`` is the ``evaluate_many`` wall time
+shared evenly among the kernels that were sent (0.0 for turns that never reached the sandbox).
+
+The output is ordered task-major, then by trajectory index: ``out[b * G + g]`` is trajectory g of task b.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+from kevin.core.types import Trajectory, Turn
+from kevin.sandbox.result import EvalResult
+
+logger = logging.getLogger(__name__)
+
+TRUNCATED_FEEDBACK = (
+    "Your response was cut off at the token limit before it finished, so it was not evaluated. "
+    "Think more concisely and make sure to finish with the complete code block and a short summary."
+)
+
+
+def format_error_result(error: str, *, truncated: bool = False) -> EvalResult:
+    """The verdict for a response that never reached the sandbox: a parse failure or a truncation.
+
+    >>> format_error_result("no code block defining ModelNew").feedback
+    'Your response could not be parsed: no code block defining ModelNew.'
+    """
+    if truncated:
+        return EvalResult("format_error", TRUNCATED_FEEDBACK, details={"truncated": True, "parse_error": error or None})
+    return EvalResult(
+        "format_error", f"Your response could not be parsed: {error.rstrip('.')}.", details={"parse_error": error}
+    )
+
+
+def share(total: float, weights: Sequence[float]) -> list[float]:
+    """Split ``total`` in proportion to ``weights`` (evenly when they sum to 0).
+
+    >>> share(6.0, [1, 2, 3])   # 6 * 1/6, 6 * 2/6, 6 * 3/6
+    [1.0, 2.0, 3.0]
+    >>> share(1.0, [0, 0])
+    [0.5, 0.5]
+    """
+    if not weights:
+        return []
+    s = float(sum(weights))
+    if s <= 0:
+        return [total / len(weights)] * len(weights)
+    return [total * w / s for w in weights]
+
+
+def rollout(
+    policy: Any,
+    tasks: Sequence[Any],
+    sandbox: Any,
+    *,
+    n_trajectories: int = 16,
+    n_turns: int = 4,
+    backend: str = "cuda",
+    max_prompt_tokens: int | None = None,
+    build_messages: Callable[..., list[dict]] | None = None,
+    parse_response: Callable[[str], Any] | None = None,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """Run G = ``n_trajectories`` trajectories of T = ``n_turns`` turns for each of the B ``tasks``.
+
+    Args:
+        policy: a :class:`kevin.core.policy.Policy` (``generate(conversations)``, ``count_tokens(text)``).
+        tasks: B :class:`kevin.data.Task`.
+        sandbox: anything with ``evaluate_many(jobs: list[tuple[Task, str]]) -> list[EvalResult]``
+            (:class:`kevin.sandbox.Sandbox`).
+        n_trajectories, n_turns: G and T (paper: 16 x 4 in training, 16 x 8 at test time).
+        backend: "cuda" or "cpu", passed to ``build_messages`` (instructions and example).
+        max_prompt_tokens: prompt budget; earliest attempts are dropped first (counted with
+            ``policy.count_tokens``). None: no budget.
+        build_messages: ``(task, attempts, *, backend, max_prompt_tokens, count_tokens) -> messages``;
+            default :func:`kevin.data.prompts.build_messages`. Swap it (and ``parse_response``) to run the
+            loop in a synthetic environment.
+        parse_response: ``text -> object with thought, code, summary, error``; default
+            :func:`kevin.data.parse.parse_response`.
+        progress: show a tqdm bar over turns (a log line per turn is written either way).
+
+    Returns B*G trajectories (task-major), each with T turns.
+    """
+    if build_messages is None:
+        from kevin.data.prompts import build_messages
+    if parse_response is None:
+        from kevin.data.parse import parse_response
+    from kevin.data.prompts import Attempt
+
+    tasks = list(tasks)
+    if not tasks:
+        return []
+    if n_trajectories < 1 or n_turns < 1:
+        raise ValueError(f"need n_trajectories >= 1 and n_turns >= 1, got {n_trajectories}, {n_turns}")
+    slots = [(b, g) for b in range(len(tasks)) for g in range(n_trajectories)]  # task-major, [B*G]
+    history: list[list[Turn]] = [[] for _ in slots]
+    count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)}x{n_trajectories}", unit="turn")
+    try:
+        for t in range(n_turns):
+            conversations = [
+                build_messages(
+                    tasks[b],
+                    [Attempt.from_turn(turn) for turn in history[k]],
+                    backend=backend,
+                    max_prompt_tokens=max_prompt_tokens,
+                    count_tokens=count_tokens,
+                )
+                for k, (b, _) in enumerate(slots)
+            ]
+
+            start = time.perf_counter()
+            generations = policy.generate(conversations)
+            gen_s = time.perf_counter() - start
+            if len(generations) != len(conversations):
+                raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
+
+            parsed = [parse_response(g.text) for g in generations]
+            results: list[EvalResult | None] = [None] * len(slots)
+            jobs, job_slots = [], []
+            for k, (g, p) in enumerate(zip(generations, parsed)):
+                if g.truncated:
+                    results[k] = format_error_result(p.error or "", truncated=True)
+                elif p.error is not None or p.code is None:
+                    results[k] = format_error_result(p.error or "no code found")
+                else:
+                    jobs.append((tasks[slots[k][0]], p.code))
+                    job_slots.append(k)
+
+            start = time.perf_counter()
+            verdicts = sandbox.evaluate_many(jobs) if jobs else []
+            eval_s = time.perf_counter() - start
+            if len(verdicts) != len(jobs):
+                raise RuntimeError(f"sandbox returned {len(verdicts)} results for {len(jobs)} kernels")
+            for k, v in zip(job_slots, verdicts):
+                results[k] = v
+
+            gen_costs = share(gen_s, [len(g.token_ids) or len(g.text) for g in generations])
+            eval_costs = [0.0] * len(slots)
+            for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
+                eval_costs[k] = c
+
+            for k, (g, p, r) in enumerate(zip(generations, parsed, results)):
+                assert r is not None
+                history[k].append(
+                    Turn(
+                        prompt_ids=tuple(g.prompt_ids),
+                        response_ids=tuple(g.token_ids),
+                        response_text=g.text,
+                        result=r,
+                        thought=p.thought,
+                        code=p.code,
+                        summary=p.summary,
+                        response_logprobs=None if g.logprobs is None else tuple(g.logprobs),
+                        truncated=g.truncated,
+                        generation_s=gen_costs[k],
+                        evaluation_s=eval_costs[k],
+                    )
+                )
+
+            statuses = Counter(r.status for r in results if r is not None)
+            mean_tokens = sum(len(g.token_ids) for g in generations) / len(generations)
+            logger.info(
+                "turn %d/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels evaluated in %.1fs; %s",
+                t + 1,
+                n_turns,
+                len(generations),
+                mean_tokens,
+                sum(g.truncated for g in generations),
+                gen_s,
+                len(jobs),
+                eval_s,
+                dict(sorted(statuses.items())),
+            )
+            if bar is not None:
+                bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    return [
+        Trajectory(task_id=tasks[b].task_id, task_index=b, trajectory_index=g, turns=tuple(history[k]))
+        for k, (b, g) in enumerate(slots)
+    ]
