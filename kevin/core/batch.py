@@ -1,0 +1,151 @@
+"""Samples -> padded tensors for a causal LM, and the per-token log-probs of their responses.
+
+Layout of a batch of B samples (P = longest prompt, L = longest response)::
+
+    input_ids  [B, P + L]   pad pad p p p | r r r pad      prompt left-padded, response right-padded
+    mask       [B, L]                     1 1 1 0          1 = token sampled by the policy
+
+Left-padding the prompts puts every response at the same columns ``P .. P+L-1``, so the logits that
+predict the response are one slice ``logits[:, P-1 : P+L-1]`` (and the model only has to return the
+last ``L + 1`` positions' logits). Position ids count real tokens only, so a padded prompt sees the same
+positions as it did unpadded.
+
+>>> from kevin.core.types import Sample
+>>> s = [Sample((5, 6), (7,), (1,), 1.0, 0.5, "t", 0, 0, 0), Sample((5,), (8, 9), (1, 1), 0.0, -0.5, "t", 0, 1, 0)]
+>>> b = collate(s, pad_id=0)
+>>> b.input_ids.tolist(), b.mask.tolist(), b.prompt_len
+([[5, 6, 7, 0], [0, 5, 8, 9]], [[1.0, 0.0], [1.0, 1.0]], 2)
+
+Imports torch only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from kevin.core.loss import token_logprobs
+from kevin.core.types import Sample
+
+__all__ = ["Batch", "collate", "slice_batch", "micro_batches", "response_logprobs", "loss_weight"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of B samples; see the module docstring for the layout."""
+
+    input_ids: Tensor  # [B, P+L] long
+    attention_mask: Tensor  # [B, P+L] long, 1 on real tokens
+    position_ids: Tensor  # [B, P+L] long, 0.. over real tokens
+    response_ids: Tensor  # [B, L] long (pad where mask == 0)
+    mask: Tensor  # [B, L] float32, 1 on sampled tokens
+    advantages: Tensor  # [B] float32
+    prompt_len: int  # P
+    old_logprobs: Tensor | None = None  # [B, L] float32 sampling log-probs, when every sample has them
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def response_len(self) -> int:
+        return int(self.response_ids.shape[1])
+
+    def to(self, device: Any) -> "Batch":
+        """The same batch on ``device``."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return replace(self, input_ids=move(self.input_ids), attention_mask=move(self.attention_mask),
+                       position_ids=move(self.position_ids), response_ids=move(self.response_ids),
+                       mask=move(self.mask), advantages=move(self.advantages), old_logprobs=move(self.old_logprobs))
+
+
+def collate(samples: Sequence[Sample], pad_id: int) -> Batch:
+    """Pad B samples into a :class:`Batch` (prompts left-padded, responses right-padded).
+
+    ``mask`` is each sample's own ``loss_mask`` padded with 0, so tokens the splitter marked as not
+    sampled stay untrained. ``old_logprobs`` is filled only when every sample carries them.
+    """
+    if not samples:
+        raise ValueError("collate needs at least one sample")
+    B = len(samples)
+    P = max(len(s.prompt_ids) for s in samples)
+    L = max(max(len(s.response_ids) for s in samples), 1)
+    input_ids = torch.full((B, P + L), pad_id, dtype=torch.long)
+    attention = torch.zeros(B, P + L, dtype=torch.long)
+    response = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros(B, L, dtype=torch.float32)
+    have_old = all(s.old_logprobs is not None for s in samples)
+    old = torch.zeros(B, L, dtype=torch.float32) if have_old else None
+    for i, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        assert len(s.loss_mask) == r, (len(s.loss_mask), r)
+        input_ids[i, P - p : P] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        input_ids[i, P : P + r] = torch.tensor(s.response_ids, dtype=torch.long)
+        attention[i, P - p : P + r] = 1
+        response[i, :r] = input_ids[i, P : P + r]
+        mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        if old is not None:
+            old[i, :r] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, P+L]
+    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    return Batch(input_ids, attention, position_ids, response, mask, advantages, P, old)
+
+
+def slice_batch(batch: Batch, start: int, stop: int, *, old_logprobs: Tensor | None = None) -> Batch:
+    """Rows ``start:stop`` of ``batch``, with padding columns that no remaining row uses trimmed.
+
+    ``old_logprobs`` ([B, L] of the full batch) replaces the batch's own before slicing, when given.
+    """
+    rows = slice(start, stop)
+    att = batch.attention_mask[rows]
+    P, L = batch.prompt_len, batch.response_len
+    used_prompt = att[:, :P].any(0).nonzero()
+    first = int(used_prompt[0]) if len(used_prompt) else P  # first prompt column any row uses
+    used_resp = batch.mask[rows].any(0).nonzero()
+    resp_len = max(int(used_resp[-1]) + 1, 1) if len(used_resp) else 1
+    old = batch.old_logprobs if old_logprobs is None else old_logprobs
+    return Batch(
+        input_ids=batch.input_ids[rows, first : P + resp_len],
+        attention_mask=att[:, first : P + resp_len],
+        position_ids=batch.position_ids[rows, first : P + resp_len],
+        response_ids=batch.response_ids[rows, :resp_len],
+        mask=batch.mask[rows, :resp_len],
+        advantages=batch.advantages[rows],
+        prompt_len=P - first,
+        old_logprobs=None if old is None else old[rows, :resp_len],
+    )
+
+
+def micro_batches(batch: Batch, size: int, *, old_logprobs: Tensor | None = None) -> list[Batch]:
+    """Consecutive slices of at most ``size`` rows (each trimmed; see :func:`slice_batch`)."""
+    if size <= 0:
+        raise ValueError(f"micro-batch size must be > 0, got {size}")
+    return [slice_batch(batch, i, min(i + size, batch.size), old_logprobs=old_logprobs) for i in range(0, batch.size, size)]
+
+
+def loss_weight(micro: Batch, full: Batch, aggregation: str) -> float:
+    """The factor that makes summed micro-batch losses equal the loss of ``full`` in one piece.
+
+    Per-sequence aggregations ("seq-mean-token-mean", and "seq-mean-token-sum-norm" with a fixed
+    ``max_response_len``) average over sequences: weight B_micro / B. "token-mean" averages over
+    tokens: weight tokens_micro / tokens_full. Example: 3 of 4 sequences -> 0.75.
+    """
+    if aggregation == "token-mean":
+        return float(micro.mask.sum() / full.mask.sum().clamp(min=1))
+    return micro.size / full.size
+
+
+def response_logprobs(model: Any, batch: Batch, *, temperature: float = 1.0, chunk_size: int = 1024) -> Tensor:
+    """``[B, L]`` log-probs of ``batch.response_ids`` under a causal LM (transformers-style call).
+
+    The model returns logits only for the last ``L + 1`` positions (``logits_to_keep``); the logits at
+    column ``P - 1 + j`` predict response token ``j``. Differentiable unless called under no_grad.
+    """
+    L = batch.response_len
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, logits_to_keep=L + 1, use_cache=False)
+    logits = out.logits[:, -(L + 1) : -1]  # [B, L, V]
+    return token_logprobs(logits, batch.response_ids, temperature=temperature, chunk_size=chunk_size)

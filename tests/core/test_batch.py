@@ -1,0 +1,100 @@
+"""collate / micro-batches / response_logprobs: padding never changes a sample's log-probs or loss."""
+
+import pytest
+import torch
+
+from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, slice_batch
+from kevin.core.loss import grpo_loss
+from kevin.core.types import Sample
+
+
+def _sample(prompt, response, adv=0.0, mask=None, old=None):
+    return Sample(tuple(prompt), tuple(response), tuple(mask or [1] * len(response)), 0.0, adv, "t", 0, 0, 0, old)
+
+
+def test_prompts_are_left_padded_and_responses_right_padded():
+    b = collate([_sample([5, 6, 7], [8]), _sample([9], [10, 11, 12])], pad_id=0)
+    # P = 3, L = 3: row 0 = 5 6 7 | 8 0 0 ; row 1 = 0 0 9 | 10 11 12
+    assert b.input_ids.tolist() == [[5, 6, 7, 8, 0, 0], [0, 0, 9, 10, 11, 12]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert b.response_ids.tolist() == [[8, 0, 0], [10, 11, 12]]
+    assert b.prompt_len == 3
+
+
+def test_position_ids_count_real_tokens_only():
+    b = collate([_sample([5, 6, 7], [8]), _sample([9], [10, 11])], pad_id=0)
+    # row 1 = pad pad 9 10 11 pad -> positions 0 0 0 1 2 (3 on the trailing pad, never attended)
+    assert b.position_ids[1, 2:5].tolist() == [0, 1, 2]
+    assert b.position_ids[0, :4].tolist() == [0, 1, 2, 3]
+
+
+def test_loss_mask_of_a_sample_is_kept_and_padding_is_zero():
+    b = collate([_sample([1], [2, 3], mask=[1, 0]), _sample([1], [4, 5, 6])], pad_id=0)
+    assert b.mask.tolist() == [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+
+
+def test_old_logprobs_are_collated_only_when_every_sample_has_them():
+    with_old = [_sample([1], [2], old=(-0.5,)), _sample([1], [3, 4], old=(-1.0, -2.0))]
+    assert collate(with_old, 0).old_logprobs.tolist() == [[-0.5, 0.0], [-1.0, -2.0]]
+    assert collate([with_old[0], _sample([1], [2])], 0).old_logprobs is None
+
+
+def test_an_empty_list_is_an_error():
+    with pytest.raises(ValueError):
+        collate([], pad_id=0)
+
+
+def test_a_slice_trims_the_padding_its_rows_do_not_use():
+    b = collate([_sample([5, 6, 7], [8]), _sample([9], [10, 11, 12])], pad_id=0)
+    s = slice_batch(b, 0, 1)  # row 0 alone: prompt 3 tokens, response 1 token
+    assert s.input_ids.tolist() == [[5, 6, 7, 8]] and s.prompt_len == 3 and s.response_len == 1
+    s = slice_batch(b, 1, 2)  # row 1 alone: the two leading pads go
+    assert s.input_ids.tolist() == [[9, 10, 11, 12]] and s.prompt_len == 1
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    return build_tiny_model(tok, seed=0), tok
+
+
+def test_batched_logprobs_equal_each_sample_alone(tiny):
+    model, tok = tiny
+    samples = [_sample([11, 12, 13, 14, 15], [20, 21]), _sample([30], [40, 41, 42, 43]), _sample([7, 8], [9])]
+    batch = collate(samples, tok.pad_token_id)
+    with torch.no_grad():
+        together = response_logprobs(model, batch)  # [3, 4]
+        for i, s in enumerate(samples):
+            alone = response_logprobs(model, collate([s], tok.pad_token_id))  # [1, r]
+            r = len(s.response_ids)
+            torch.testing.assert_close(together[i, :r], alone[0], rtol=1e-4, atol=1e-5)
+
+
+def test_logprobs_match_a_plain_unpadded_forward(tiny):
+    model, _ = tiny
+    prompt, resp = [11, 12, 13], [20, 21]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + resp])).logits[0]  # [5, V]
+        expected = torch.log_softmax(logits[2:4].float() / 0.9, -1)[[0, 1], resp]
+        got = response_logprobs(model, collate([_sample(prompt, resp)], 0), temperature=0.9)[0]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"])
+def test_weighted_micro_batch_losses_sum_to_the_full_batch_loss(tiny, aggregation):
+    model, tok = tiny
+    samples = [_sample([11 + i] * (1 + i % 3), [20 + i] * (1 + i % 4), adv=float(i) - 2.0) for i in range(5)]
+    full = collate(samples, tok.pad_token_id)
+    kw = dict(aggregation=aggregation, max_response_len=8)
+    with torch.no_grad():
+        lp = response_logprobs(model, full)
+        old = lp - 0.05 * torch.arange(5.0)[:, None]  # some ratios clip, some not
+        whole, _ = grpo_loss(lp, old, full.advantages, full.mask, **kw)
+        parts = 0.0
+        for mb in micro_batches(full, 2, old_logprobs=old):
+            mlp = response_logprobs(model, mb)
+            loss, _ = grpo_loss(mlp, mb.old_logprobs, mb.advantages, mb.mask, **kw)
+            parts += loss * loss_weight(mb, full, aggregation)
+    torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-6)
