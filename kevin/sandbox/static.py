@@ -1,0 +1,1146 @@
+"""`check_format`: the static layer of the sandbox (format rules and reward-hacking patterns).
+
+Advisory. This layer reads the candidate's source and never runs it. It explains rejections cheaply and
+is what the paper's format reward uses (Kevin §3.1: format check first, reward 0 on failure), but a
+determined candidate can hide from any static scan (strings built at run time, ghost branches that are
+false at benchmark shapes, pointer-keyed caches). The verdict rests on the dynamic gate: golden outputs
+from a process that never loads the candidate, a fresh candidate process, fresh inputs per timed call
+and a kernel inventory (``reference/sandbox-threats.md`` §5). Threat ids (A1..E4) below are that file's.
+
+Python rules (by AST, so words inside strings and comments never count):
+
+- ``ModelNew``: a class deriving from ``nn.Module`` with a ``forward`` method.
+- A3: no ``try``/``except``/``finally``, no ``contextlib.suppress``, no custom ``__exit__``.
+- A4: no reference to the reference class ``Model`` (inherit, instantiate, import), no
+  ``super().forward``, no class whose body is only ``pass``/``...``.
+- A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, the containers
+  and ``nn.init``). In the forward path (``ModelNew.forward`` and every function, method or local
+  module class it reaches in this file) no PyTorch compute: no ``torch.*``/``F.*`` call other than
+  allocation, shape and device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``); no
+  arithmetic or comparison operators with a tensor operand (``x + y``, ``x @ w``); integer arithmetic on
+  sizes (``(n + 255) // 256``) stays allowed. A tensor is a forward argument, a parameter or buffer
+  of ``self``, the result of a ``torch``/extension call or tensor method, or a name assigned from one.
+- B6: no ``.half()``/``.bfloat16()``/``torch.float16``/``torch.bfloat16``, no autocast.
+- A6: no ``torch.compile``/``torch.jit``/dynamo; no CUDA graphs.
+- C2: no global numerics flags (``torch.backends.*``, ``set_float32_matmul_precision``,
+  ``set_default_dtype``, ``set_flush_denormal``, ``use_deterministic_algorithms``).
+- C3/C4/D6: no assignment into modules or their classes (``torch.allclose = ...``,
+  ``torch.Tensor.__eq__ = ...``, ``time.perf_counter = ...``), no ``setattr``/``getattr`` on modules,
+  no ``torch.Tensor`` subclass, ``_make_subclass``, ``__torch_function__``.
+- D1/D2/D6: no threads or processes, no ``torch.cuda.Stream``/``stream``/``wait_stream``/
+  ``record_stream``, no ``torch.cuda.Event`` and no ``time``/``timeit``, no ``signal``.
+- B7/E4: no ``exec``/``eval``/``compile``/``__import__``/``importlib``, no ``sys.modules``,
+  ``sys._getframe``, ``inspect``, ``gc``, ``ctypes``, no base64/zlib/pickle payloads.
+- A5: ``load_inline`` is called, and a function of the compiled extension is called on the forward
+  path; every name in ``functions=[...]`` is defined in the sources.
+
+C++/CUDA rules (on the strings passed to ``load_inline`` as ``cpp_sources``/``cuda_sources``, directly
+or through module-level string variables, comments stripped, object-like ``#define`` and
+``namespace X = Y`` aliases expanded):
+
+- backend ``"cuda"``: a ``__global__`` kernel in ``cuda_sources``; backend ``"cpu"``: a loop in
+  ``cpp_sources`` and no ``cuda_sources``.
+- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, ``a.mm(b)``, ``x.sum()``), no
+  dispatcher (``c10::Dispatcher``, ``findSchemaOrThrow``, ``callOp``, ``at::_ops::``), no
+  ``using namespace torch/at``. Allocation and shape calls stay allowed.
+- A2: no cuBLAS/cuDNN/CUTLASS/CuTe/Thrust/CUB device-wide/cuFFT/BLAS/Eigen/oneDNN unless
+  ``allow_libraries=True``.
+- D1/D7: no stream creation (``cudaStreamCreate*``, ``getStreamFromPool``), no CUDA graphs, no L2
+  persistence (access-policy window, ``cudaLimitPersistingL2CacheSize``), no ``cudaDeviceSetLimit``,
+  no ``cudaEventDisableTiming``.
+- D2/E4: no ``std::thread``/``std::async``/``fork``/``system``/``popen``/``dlopen``, no token pasting
+  (``##``).
+- B6: no ``--use_fast_math``/``-ffast-math``/``-Ofast``/ftz flags, no half/bfloat16/tf32 types.
+
+Not covered (the dynamic gate's job): ghost branches, caching, input mutation, degenerate outputs,
+reading harness files, strings decoded at run time without an import this scan sees. Plain ``pass``
+statements are allowed (only a class or ``forward`` whose whole body is ``pass`` is flagged).
+
+>>> check_format("import torch\\nclass ModelNew(torch.nn.Module):\\n    def forward(self, x):\\n        return x @ x\\n")[0]
+'forward uses the operator `x @ x` on tensors (line 4): that is PyTorch compute; do it in your kernel'
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+BACKENDS = ("cuda", "cpu")
+
+# ---------------------------------------------------------------------------------------------------
+# Python name tables
+
+_ALLOWED_NN = {
+    "Module", "Parameter", "Buffer", "ParameterList", "ParameterDict", "ModuleList", "ModuleDict",
+    "Sequential", "parameter.Parameter", "parameter.Buffer", "Identity",
+}
+# torch functions allowed on the forward path: allocation, shape, device, dtype and grad-mode helpers.
+_ALLOWED_TORCH_CALLS = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "tensor", "as_tensor", "arange", "Size", "device", "dtype", "finfo", "iinfo",
+    "is_tensor", "numel", "broadcast_shapes", "no_grad", "inference_mode", "enable_grad",
+    "is_grad_enabled", "get_default_dtype", "is_floating_point",
+    "cuda.is_available", "cuda.current_device", "cuda.current_stream", "cuda.default_stream",
+    "cuda.synchronize", "cuda.device_count", "cuda.get_device_properties",
+    "cuda.get_device_capability", "cuda.get_device_name", "cuda.set_device", "cuda.device",
+    "utils.cpp_extension.load_inline",
+}
+_SHAPE_METHODS = {
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "data_ptr", "item", "is_contiguous",
+    "element_size", "tolist", "get_device", "storage_offset", "is_floating_point", "is_complex",
+    "has_names", "untyped_storage", "__len__", "sizes", "strides",
+}
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "grad", "real", "imag", "weight", "bias"}
+# Tensor methods that compute (a denylist: methods of user objects must not trip it).
+_COMPUTE_METHODS = set("""
+abs abs_ absolute acos acosh add add_ addbmm addcdiv addcmul addmm addmm_ addmv addr all amax amin
+aminmax angle any argmax argmin argsort asin asinh atan atan2 atanh baddbmm bernoulli bitwise_and
+bitwise_not bitwise_or bitwise_xor bmm ceil ceil_ cholesky clamp clamp_ clamp_max clamp_min clip
+clip_ conv1d conv2d conv3d cos cos_ cosh count_nonzero cross cummax cummin cumprod cumsum deg2rad
+det diag diag_embed diagonal diff digamma dist div div_ divide dot eig einsum eq erf erf_ erfc
+erfinv exp exp_ exp2 expm1 floor floor_ floor_divide fmax fmin fmod frac gather gcd ge gelu ger
+greater gt hardtanh heaviside histc hypot i0 index_add index_add_ index_copy index_fill index_put
+index_put_ index_select inner inverse isclose isfinite isinf isnan kron kthvalue lcm ldexp le lerp
+lerp_ less lgamma log log10 log1p log2 log_ log_softmax logaddexp logcumsumexp logdet logical_and
+logical_not logical_or logical_xor logit logsumexp lt lu masked_fill masked_fill_ masked_scatter
+masked_select matmul matrix_exp matrix_power max maximum mean median min minimum mm mode msort mul
+mul_ multinomial multiply mv mvlgamma nan_to_num nanmean nanmedian nanquantile nansum ne neg neg_
+negative nonzero norm normal_ not_equal orgqr outer pinverse polygamma pow pow_ prod qr quantile
+rad2deg reciprocal reciprocal_ relu relu_ remainder renorm repeat_interleave roll rot90 round
+round_ rsqrt rsqrt_ scatter scatter_ scatter_add scatter_add_ scatter_reduce searchsorted sgn
+sigmoid sigmoid_ sign signbit sin sin_ sinc sinh slogdet softmax sort sqrt sqrt_ square square_ std
+sub sub_ subtract sum sum_to_size svd tan tanh tanh_ tensordot topk trace trapz triangular_solve
+tril tril_ triu triu_ true_divide trunc unique var vdot where xlogy
+""".split())
+_PRECISION_METHODS = {"half", "bfloat16"}
+_PRECISION_TORCH = {"float16", "half", "bfloat16", "HalfTensor", "BFloat16Tensor", "autocast",
+                    "cuda.amp", "amp", "cuda.HalfTensor", "cpu.amp", "float8_e4m3fn", "float8_e5m2"}
+_NUMERICS_CALLS = {"set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type",
+                   "set_flush_denormal", "use_deterministic_algorithms"}
+_STREAM_TORCH = {"cuda.Stream", "cuda.stream", "cuda.ExternalStream", "cuda.set_stream", "cuda.streams",
+                 "cuda.StreamContext", "Stream", "cuda.CUDAGraph", "cuda.graph", "cuda.graphs",
+                 "cuda.make_graphed_callables", "cuda.Event", "Event", "cuda.Event.elapsed_time"}
+_STREAM_METHODS = {"wait_stream", "record_stream", "wait_event", "elapsed_time"}
+_COMPILER_TORCH = {"compile", "jit", "_dynamo", "_inductor", "fx", "export"}
+_BANNED_MODULES = {
+    **dict.fromkeys(["threading", "_thread", "multiprocessing", "concurrent", "asyncio"],
+                    "threads and processes are not allowed; do all work in forward on the caller's stream"),
+    **dict.fromkeys(["subprocess", "pty", "signal", "atexit"],
+                    "processes and signal handlers are not allowed"),
+    **dict.fromkeys(["time", "timeit", "sched"], "timers are not allowed; the sandbox times your kernel"),
+    **dict.fromkeys(["inspect", "gc", "traceback"],
+                    "frame and object introspection is not allowed; use only your inputs"),
+    **dict.fromkeys(["ctypes", "cffi"], "raw native calls are not allowed; go through load_inline"),
+    **dict.fromkeys(["importlib", "builtins", "runpy"], "dynamic imports are not allowed"),
+    **dict.fromkeys(["base64", "binascii", "zlib", "bz2", "lzma", "gzip", "marshal", "pickle", "dill",
+                     "codecs"], "encoded payloads are not allowed; write plain source"),
+    **dict.fromkeys(["socket", "urllib", "http", "requests", "pip", "ensurepip"],
+                    "network access and package installs are not allowed"),
+    **dict.fromkeys(["triton", "cupy", "numba", "jax", "tvm"],
+                    "other kernel frameworks are not allowed; write CUDA/C++ for load_inline"),
+}
+_BANNED_CALLS = {
+    "exec": "dynamic code execution", "eval": "dynamic code execution", "compile": "dynamic code execution",
+    "__import__": "dynamic import", "globals": "namespace introspection", "locals": "namespace introspection",
+    "vars": "namespace introspection", "breakpoint": "debugger hooks",
+    "sys.modules": "sys.modules access", "sys._getframe": "frame walking",
+    "sys.settrace": "tracing hooks", "sys.setprofile": "tracing hooks", "sys.exit": "early exit",
+    "sys.stdout": "output redirection", "sys.addaudithook": "audit hooks",
+    "os._exit": "early exit", "os.fork": "process creation", "os.forkpty": "process creation",
+    "os.system": "process creation", "os.popen": "process creation", "os.kill": "signals",
+    "os.posix_spawn": "process creation", "os.posix_spawnp": "process creation",
+    "contextlib.suppress": "swallowing exceptions (a fallback)",
+    "torch.utils.cpp_extension.load": "loading sources from files (use load_inline with a string)",
+    "torch.ops.load_library": "loading prebuilt libraries (use load_inline with a string)",
+}
+_BANNED_ATTRS = {
+    "__code__", "__globals__", "__builtins__", "__subclasses__", "__closure__", "f_locals", "f_back",
+    "f_globals", "gi_frame", "tb_frame", "__torch_function__", "__torch_dispatch__", "_make_subclass",
+    "as_subclass", "__dict__", "__bases__", "__mro__",
+}
+_TENSOR_CLASSES = {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter",
+                   "torch._C.TensorBase", "torch._C._TensorBase", "torch.nn.Buffer"}
+_ALLOWED_MODULE_CALL_ROOTS = {"math", "typing"}
+_ARITH_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult,
+              ast.LShift, ast.RShift, ast.BitOr, ast.BitXor, ast.BitAnd)
+_CMP_OPS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+
+# ---------------------------------------------------------------------------------------------------
+# C++/CUDA tables
+
+_CPP_ALLOWED_ROOT_NAMES = {
+    "Tensor", "TensorBase", "TensorOptions", "Scalar", "ScalarType", "Device", "DeviceType",
+    "IntArrayRef", "ArrayRef", "Layout", "MemoryFormat", "Dtype", "empty", "empty_like",
+    "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "from_blob",
+    "arange", "TensorAccessor", "PackedTensorAccessor", "PackedTensorAccessor32",
+    "PackedTensorAccessor64", "GenericPackedTensorAccessor", "RestrictPtrTraits", "DefaultPtrTraits",
+    "parallel_for", "get_num_threads", "acc_type", "opmath_type", "NoGradGuard", "device", "dtype",
+    "elementSize", "toString", "optional", "nullopt", "Half", "BFloat16", "TensorList", "kStrided",
+    "check", "Generator", "DeviceGuard", "OptionalDeviceGuard", "ceil_div", "divup",
+}
+_CPP_ALLOWED_NAMESPACES = {"indexing", "vec", "ScalarType", "Layout", "MemoryFormat", "DeviceType",
+                           "detail", "cuda", "kCUDA", "kCPU"}
+_CPP_FORBIDDEN_NAMESPACES = {"native", "_ops", "functional", "nn", "linalg", "fft", "special", "jit",
+                             "autograd", "cpublas", "blas", "sparse", "meta", "compositeexplicitautograd"}
+_CPP_CUDA_FORBIDDEN = {"getStreamFromPool", "getStreamFromExternal", "getCurrentCUDABlasHandle",
+                       "getCurrentCUDASolverDnHandle", "getCurrentCUDASparseHandle",
+                       "getCurrentCUDABlasLtHandle"}
+_CPP_COMPUTE_METHODS = set("""
+mm matmul bmm addmm addmm_ baddbmm mv dot sum mean exp exp_ log log_softmax softmax relu relu_ sigmoid
+tanh gelu mul mul_ add add_ sub sub_ div div_ pow sqrt rsqrt max min amax amin argmax argmin norm var
+std cumsum cumprod clamp clamp_ clamp_min clamp_max abs neg index_select gather scatter scatter_add
+sort topk where masked_fill masked_fill_ conv2d conv1d conv3d linear einsum outer tril triu erf
+logsumexp prod maximum minimum reciprocal square
+""".split())
+_CPP_DISPATCHER = re.compile(r"\b(Dispatcher|findSchemaOrThrow|findSchema|callOp|callBoxed|redispatch"
+                             r"|call_op|OperatorHandle)\b")
+_CPP_LIBRARIES = re.compile(
+    r"\b(cublas\w*|cudnn\w*|cutlass::\w*|cute::\w*|thrust::\w*|cub::Device\w*|cufft\w*|cusparse\w*"
+    r"|cusolver\w*|cblas_\w*|Eigen::\w*|dnnl::\w*|mkl_\w*|mkldnn\w*|[sd]gemm_)"
+    r"|#\s*include\s*[<\"](cublas|cudnn|cutlass|cute|thrust|cufft|cusparse|cusolver|mkl|Eigen|dnnl|cblas)")
+_CPP_STREAMS = re.compile(
+    r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|cudaStreamBeginCapture\w*"
+    r"|cudaGraph\w*|cudaEventDisableTiming)\b")
+_CPP_L2 = re.compile(
+    r"\b(cudaStreamAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*"
+    r"|cudaLimitPersistingL2CacheSize|cudaCtxResetPersistingL2Cache|cudaDeviceSetLimit"
+    r"|cudaStreamSetAttribute|cudaAccessPolicyWindow)\b")
+_CPP_PROCESS = re.compile(
+    r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
+    r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
+_CPP_PRECISION = re.compile(
+    r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float"
+    r"|_Float16|__fp16|__bf16|kHalf|kFloat16|kBFloat16|c10::Half|c10::BFloat16|at::Half|at::BFloat16"
+    r"|__float_to_tf32|wmma::precision::tf32|tf32)\b")
+_FAST_MATH = re.compile(r"fast[-_]math|-Ofast\b|-?-ftz=true|-?-prec-div=false|-?-prec-sqrt=false")
+_CPP_ATEN = re.compile(r"\b(torch|at|aten|c10)\s*::\s*((?:\w+\s*::\s*)*)(\w+)")
+_CPP_USING = re.compile(r"\busing\s+namespace\s+(torch|at|aten|c10)\b(?!\s*::\s*(indexing|cuda))"
+                        r"|\busing\s+(torch|at|aten)\s*::\s*(\w+)\s*;")
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One C++/CUDA source argument of a load_inline call, comments stripped and macros expanded."""
+
+    kind: str  # "cpp_sources" or "cuda_sources"
+    text: str
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False) -> list[str]:
+    """Static format and reward-hacking check of a candidate program; [] when acceptable.
+
+    Each violation is one short line naming the rule, the offending name and its line, and what to do
+    instead (it becomes the model's feedback). Advisory: see the module docstring.
+
+    >>> check_format("x = 1", backend="tpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown backend 'tpu'; expected one of ('cuda', 'cpu')
+    >>> check_format("def broken(:")
+    ['syntax error (line 1): invalid syntax; return one complete, valid Python program']
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    try:
+        tree = ast.parse(candidate_src)
+    except SyntaxError as exc:
+        return [f"syntax error (line {exc.lineno}): {exc.msg}; return one complete, valid Python program"]
+    mod = _Module.build(tree)
+    out: list[str] = []
+    out += _check_model_new(mod)
+    out += _check_fallbacks(mod)
+    out += _check_reference_model(mod)
+    out += _check_nn_layers(mod)
+    out += _check_banned_python(mod)
+    out += _check_module_assignment(mod)
+    out += _check_forward_path(mod)
+    out += _check_load_inline(mod, backend, allow_libraries)
+    return list(dict.fromkeys(out))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Module facts
+
+
+@dataclass(frozen=True)
+class _Module:
+    """What the rules need to know about one parsed candidate."""
+
+    tree: ast.Module
+    aliases: dict  # local name -> dotted qualname of what it was imported/assigned from
+    self_aliases: dict  # self attribute -> qualname ("self.mm = torch.matmul")
+    parents: dict  # id(node) -> parent node
+    classes: dict  # class name -> ClassDef (every class in the file)
+    functions: dict  # module-level function name -> FunctionDef
+    strings: dict  # variable name -> value node of its (last) assignment anywhere
+
+    @staticmethod
+    def build(tree: ast.Module) -> "_Module":
+        aliases: dict = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        aliases[a.asname] = a.name
+                    else:
+                        root = a.name.split(".")[0]
+                        aliases[root] = root
+            elif isinstance(node, ast.ImportFrom):
+                base = ("." * node.level) + (node.module or "")
+                for a in node.names:
+                    if a.name != "*":
+                        aliases[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+        # Aliases by assignment (mm = torch.matmul; T = torch), to a fixed point.
+        self_aliases: dict = {}
+        for _ in range(3):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign):
+                    q = _qualname(node.value, aliases)
+                    if q is None:
+                        continue
+                    for t in node.targets:
+                        if isinstance(t, ast.Name):
+                            aliases.setdefault(t.id, q)
+                        elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            self_aliases[t.attr] = q
+        parents = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        strings: dict = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                strings[node.targets[0].id] = node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                strings[node.target.id] = node.value
+        return _Module(tree, aliases, self_aliases, parents, classes, functions, strings)
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """Dotted import path of a Name/Attribute chain, resolving aliases; None if not module-rooted."""
+        q = _qualname(node, self.aliases)
+        if q is None:
+            d = _dotted(node)
+            if d and d.startswith("self."):
+                attr, _, rest = d[5:].partition(".")
+                if attr in self.self_aliases:
+                    return self.self_aliases[attr] + (f".{rest}" if rest else "")
+        return q
+
+    def model_new(self) -> ast.ClassDef | None:
+        return self.classes.get("ModelNew")
+
+    def methods(self, cls: ast.ClassDef) -> dict:
+        """Methods of ``cls`` and of its bases defined in this file (the class's own win)."""
+        found: dict = {}
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in self.classes and self.classes[base.id] is not cls:
+                found.update(self.methods(self.classes[base.id]))
+        found.update({n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+        return found
+
+    def load_inline_calls(self) -> list:
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)
+                and (self.qualname(n.func) or "").endswith("cpp_extension.load_inline")]
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr}"
+    return None
+
+
+def _qualname(node: ast.AST, aliases: dict) -> str | None:
+    d = _dotted(node)
+    if d is None:
+        return None
+    root, _, rest = d.partition(".")
+    if root not in aliases:
+        return None
+    return aliases[root] + (f".{rest}" if rest else "")
+
+
+def _line(node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)
+
+
+def _short(node: ast.AST, limit: int = 40) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _torch_rest(q: str | None) -> str | None:
+    """'torch.nn.functional.relu' -> 'nn.functional.relu'; None if not under torch."""
+    if q and q.startswith("torch."):
+        return q[len("torch."):]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Python rules
+
+
+def _check_model_new(mod: _Module) -> list[str]:
+    cls = mod.model_new()
+    if cls is None:
+        return ["no class `ModelNew`: define `class ModelNew(nn.Module)` with a `forward` method"]
+    out = []
+    if not _derives_from_module(mod, cls, set()):
+        out.append(f"ModelNew (line {cls.lineno}) does not derive from nn.Module: "
+                   "write `class ModelNew(nn.Module)`")
+    fwd = mod.methods(cls).get("forward")
+    if fwd is None:
+        out.append(f"ModelNew (line {cls.lineno}) has no `forward` method: define one that calls your kernel")
+    elif _is_empty_body(fwd.body):
+        out.append(f"ModelNew.forward (line {fwd.lineno}) has an empty body: call your kernel and return its output")
+    return out
+
+
+def _derives_from_module(mod: _Module, cls: ast.ClassDef, seen: set) -> bool:
+    for base in cls.bases:
+        q = mod.qualname(base)
+        if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            return True
+        if isinstance(base, ast.Name) and base.id in mod.classes and base.id not in seen:
+            if _derives_from_module(mod, mod.classes[base.id], seen | {base.id}):
+                return True
+    return False
+
+
+def _is_empty_body(body: list) -> bool:
+    rest = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return all(isinstance(s, ast.Pass) for s in rest)
+
+
+def _check_fallbacks(mod: _Module) -> list[str]:
+    out = []
+    try_types = (ast.Try,) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+    for node in ast.walk(mod.tree):
+        if isinstance(node, try_types):
+            out.append(f"try/except at line {node.lineno}: fallbacks are not allowed; "
+                       "remove the try block and let errors surface")
+        elif isinstance(node, ast.ClassDef) and _is_empty_body(node.body):
+            out.append(f"class {node.name} (line {node.lineno}) has only `pass`/`...` as body: "
+                       "empty subclasses are not allowed; implement the class")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__exit__":
+            out.append(f"__exit__ defined (line {node.lineno}): custom context managers can swallow "
+                       "errors; remove it")
+    return out
+
+
+def _check_reference_model(mod: _Module) -> list[str]:
+    out = []
+    for node in ast.walk(mod.tree):
+        hit = ((isinstance(node, ast.Name) and node.id == "Model")
+               or (isinstance(node, ast.Attribute) and node.attr == "Model")
+               or (isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names)))
+        if hit:
+            out.append(f"uses the reference class `Model` (line {_line(node)}): do not inherit from, "
+                       "create or import Model; write ModelNew's computation in your kernel")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "forward"
+                and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
+                and node.func.value.func.id == "super"):
+            out.append(f"super().forward (line {node.lineno}): delegating to a parent class is not "
+                       "allowed; call your kernel")
+    return out
+
+
+def _check_nn_layers(mod: _Module) -> list[str]:
+    out = []
+    for node in ast.walk(mod.tree):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(mod.parents.get(id(node)), ast.Attribute):
+            continue
+        rest = _torch_rest(mod.qualname(node))
+        if rest is None or not rest.startswith("nn."):
+            continue
+        sub = rest[len("nn."):]
+        if sub in _ALLOWED_NN or sub.startswith(("init", "functional", "Module.", "Parameter.")) or sub == "":
+            continue
+        out.append(f"uses torch.{rest} (line {_line(node)}): torch.nn layers are not allowed; hold weights "
+                   "in nn.Parameter, initialise them with nn.init, compute in your kernel")
+    return out
+
+
+def _check_banned_python(mod: _Module) -> list[str]:
+    out = []
+    for node in ast.walk(mod.tree):
+        line = _line(node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                root = name.split(".")[0]
+                if root in _BANNED_MODULES:
+                    out.append(f"imports {name} (line {line}): {_BANNED_MODULES[root]}")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if mod.qualname(base) in _TENSOR_CLASSES:
+                    out.append(f"class {node.name} subclasses {mod.qualname(base)} (line {line}): tensor "
+                               "subclasses are not allowed; return plain tensors")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _BANNED_ATTRS:
+            out.append(f"defines {node.name} (line {line}): tensor hooks are not allowed; return plain tensors")
+        elif isinstance(node, ast.Attribute) and node.attr in _BANNED_ATTRS:
+            out.append(f"accesses .{node.attr} (line {line}): introspection and tensor hooks are not allowed")
+        elif isinstance(node, ast.Call):
+            out += _banned_call(mod, node)
+        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(mod.parents.get(id(node)), ast.Attribute):
+            out += _banned_torch_ref(mod, node)
+    return out
+
+
+def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
+    line = node.lineno
+    out = []
+    if isinstance(node.func, ast.Name) and node.func.id in _BANNED_CALLS and node.func.id not in mod.aliases:
+        out.append(f"calls {node.func.id}() (line {line}): {_BANNED_CALLS[node.func.id]} is not allowed; "
+                   "write plain code")
+    if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "delattr") and node.args:
+        target = mod.qualname(node.args[0])
+        if target is not None:
+            out.append(f"{node.func.id}({target}, ...) (line {line}): reflective access to modules is not "
+                       "allowed; name attributes directly")
+    if isinstance(node.func, ast.Attribute):
+        if node.func.attr in _PRECISION_METHODS:
+            out.append(f".{node.func.attr}() (line {line}): precision downgrade; keep float32 "
+                       "(the output is checked at the reference precision)")
+        if node.func.attr in _STREAM_METHODS:
+            out.append(f".{node.func.attr}() (line {line}): side streams and events are not allowed; run "
+                       "on the current stream")
+    return out
+
+
+def _banned_torch_ref(mod: _Module, node: ast.AST) -> list[str]:
+    q = mod.qualname(node)
+    if q is None:
+        return []
+    line = _line(node)
+    for banned, why in _BANNED_CALLS.items():
+        if "." in banned and (q == banned or q.startswith(banned + ".")):
+            return [f"uses {q} (line {line}): {why} is not allowed"]
+    rest = _torch_rest(q)
+    if rest is None:
+        return []
+    head = rest.split(".")[0]
+    if _matches(rest, _PRECISION_TORCH):
+        return [f"uses torch.{rest} (line {line}): precision downgrade; keep float32"]
+    if _matches(rest, _STREAM_TORCH):
+        return [f"uses torch.{rest} (line {line}): streams, events and CUDA graphs are not allowed; run on "
+                "the current stream and let the sandbox time you"]
+    if head in _COMPILER_TORCH:
+        return [f"uses torch.{rest} (line {line}): PyTorch compilers are not allowed; write the kernel yourself"]
+    if head == "backends" or rest.split(".")[-1] in _NUMERICS_CALLS:
+        return [f"uses torch.{rest} (line {line}): global numerics flags are not allowed; leave them at defaults"]
+    return []
+
+
+def _matches(rest: str, table: set) -> bool:
+    return any(rest == t or rest.startswith(t + ".") for t in table)
+
+
+def _check_module_assignment(mod: _Module) -> list[str]:
+    out = []
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        else:
+            continue
+        for t in targets:
+            for leaf in _flatten_targets(t):
+                base = leaf.value if isinstance(leaf, (ast.Attribute, ast.Subscript)) else None
+                q = mod.qualname(leaf) if isinstance(leaf, ast.Attribute) else None
+                if q is None and base is not None:
+                    q = mod.qualname(base)
+                if q is not None:
+                    out.append(f"assigns to {_short(leaf)} (line {node.lineno}): patching modules "
+                               "(torch, timers, comparisons, flags) is not allowed; leave them untouched")
+    return out
+
+
+def _flatten_targets(t: ast.AST) -> list:
+    if isinstance(t, (ast.Tuple, ast.List)):
+        return [leaf for e in t.elts for leaf in _flatten_targets(e)]
+    if isinstance(t, ast.Starred):
+        return _flatten_targets(t.value)
+    return [t]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The forward path
+
+
+def _extension_facts(mod: _Module) -> tuple[set, set, set]:
+    """(names bound to a load_inline result, self attributes holding one, exposed function names)."""
+    calls = mod.load_inline_calls()
+    names: set = set()
+    attrs: set = set()
+    exposed: set = set()
+    for call in calls:
+        fn_node = _kwarg(call, "functions", 3)
+        if fn_node is not None:
+            parts = _resolve_strings(mod, fn_node, 0)
+            if parts:
+                exposed.update(p for p in parts if p.isidentifier())
+    for _ in range(3):
+        for node in ast.walk(mod.tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            v = node.value
+            is_ext = (v in calls or (isinstance(v, ast.Name) and v.id in names)
+                      or (_self_attr(v) in attrs if _self_attr(v) else False))
+            is_fn = isinstance(v, ast.Attribute) and (_is_ext_ref(v.value, names, attrs) or v.attr in exposed)
+            if not (is_ext or is_fn):
+                continue
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    (names if is_ext else exposed).add(t.id)
+                elif _self_attr(t):
+                    (attrs if is_ext else exposed).add(_self_attr(t))
+    return names, attrs, exposed
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+def _is_ext_ref(node: ast.AST, names: set, attrs: set) -> bool:
+    return (isinstance(node, ast.Name) and node.id in names) or (_self_attr(node) in attrs if _self_attr(node) else False)
+
+
+def _forward_functions(mod: _Module) -> list:
+    """(function node, names of its tensor-valued parameters) for ModelNew.forward and all it reaches."""
+    cls = mod.model_new()
+    if cls is None:
+        return []
+    own = mod.methods(cls)
+    if "forward" not in own:
+        return []
+    module_classes = {name for name, c in mod.classes.items() if c is not cls}
+    instance_attrs = _local_module_attrs(mod)
+    queue = [(own["forward"], cls, None)]
+    seen: dict = {}
+    result = []
+    while queue:
+        fn, owner, tensor_args = queue.pop(0)
+        if id(fn) in seen:
+            continue
+        seen[id(fn)] = True
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        if fn.args.vararg:
+            params.append(fn.args.vararg.arg)
+        skip_first = owner is not None and not _is_staticmethod(fn)
+        if params and skip_first:
+            params = params[1:]
+        if fn.name == "forward" and params and params[0] == "ctx":
+            params = params[1:]
+        tensors = set(params) if (fn.name == "forward" or tensor_args is None) else set(tensor_args)
+        result.append((fn, owner, tensors))
+        env = _TensorEnv(mod, tensors, _tensor_self_attrs(mod))
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            targets = []
+            if isinstance(f, ast.Name) and f.id in mod.functions:
+                targets.append((mod.functions[f.id], None))
+            elif isinstance(f, ast.Name) and f.id in module_classes:
+                c = mod.classes[f.id]
+                targets += [(m, c) for n, m in mod.methods(c).items() if n in ("__init__", "forward", "__call__")]
+            elif isinstance(f, ast.Attribute):
+                recv = f.value
+                if isinstance(recv, ast.Name) and recv.id in ("self", "cls") and owner is not None:
+                    m = mod.methods(owner).get(f.attr)
+                    if m is not None:
+                        targets.append((m, owner))
+                    elif f.attr in instance_attrs:
+                        c = instance_attrs[f.attr]
+                        targets += [(m2, c) for n, m2 in mod.methods(c).items() if n in ("forward", "__call__")]
+                elif isinstance(recv, ast.Name) and recv.id in module_classes:
+                    c = mod.classes[recv.id]
+                    name = "forward" if f.attr == "apply" else f.attr
+                    if name in mod.methods(c):
+                        targets.append((mod.methods(c)[name], c))
+                else:
+                    for c in mod.classes.values():
+                        if c is not cls and f.attr in mod.methods(c) and not f.attr.startswith("__"):
+                            targets.append((mod.methods(c)[f.attr], c))
+            for target, target_owner in targets:
+                t_params = [a.arg for a in target.args.posonlyargs + target.args.args]
+                if target_owner is not None and not _is_staticmethod(target) and t_params:
+                    t_params = t_params[1:]
+                passed = [p for p, a in zip(t_params, node.args) if env.is_tensor(a)]
+                passed += [k.arg for k in node.keywords if k.arg and env.is_tensor(k.value)]
+                queue.append((target, target_owner, passed))
+    return result
+
+
+def _is_staticmethod(fn: ast.AST) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(fn, "decorator_list", []))
+
+
+def _local_module_attrs(mod: _Module) -> dict:
+    """self attribute -> local class, for ``self.block = MyBlock(...)`` anywhere."""
+    found = {}
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+            c = mod.classes.get(node.value.func.id)
+            if c is not None and c.name != "ModelNew":
+                for t in node.targets:
+                    if _self_attr(t):
+                        found[_self_attr(t)] = c
+    return found
+
+
+def _tensor_self_attrs(mod: _Module) -> set:
+    """self attributes that hold tensors: parameters, buffers, torch-created tensors."""
+    found = set()
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            q = _torch_rest(mod.qualname(node.value.func)) or ""
+            if q and not q.startswith(("cuda.", "utils.", "device", "Size")):
+                for t in node.targets:
+                    if _self_attr(t):
+                        found.add(_self_attr(t))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("register_buffer", "register_parameter") and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
+    return found
+
+
+class _TensorEnv:
+    """Which expressions in one function are tensor-valued (flow-insensitive, conservative)."""
+
+    def __init__(self, mod: _Module, names: set, self_attrs: set) -> None:
+        self.mod = mod
+        self.names = set(names)
+        self.self_attrs = self_attrs
+        self.ext_names, self.ext_attrs, self.exposed = _extension_facts(mod)
+
+    def learn(self, fn: ast.AST) -> None:
+        for _ in range(4):
+            before = len(self.names)
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if self.is_tensor(node.value):
+                        for t in targets:
+                            self.names.update(leaf.id for leaf in _flatten_targets(t) if isinstance(leaf, ast.Name))
+                elif isinstance(node, ast.For) and self.is_tensor(node.iter):
+                    self.names.update(leaf.id for leaf in _flatten_targets(node.target) if isinstance(leaf, ast.Name))
+                elif isinstance(node, ast.NamedExpr) and self.is_tensor(node.value):
+                    self.names.add(node.target.id)
+            if len(self.names) == before:
+                return
+
+    def is_extension_call(self, node: ast.Call) -> bool:
+        f = node.func
+        if isinstance(f, ast.Attribute):
+            return _is_ext_ref(f.value, self.ext_names, self.ext_attrs) or f.attr in self.exposed
+        if isinstance(f, ast.Name):
+            return f.id in self.exposed
+        return False
+
+    def is_tensor(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.names
+        if isinstance(node, ast.Attribute):
+            if _self_attr(node):
+                return node.attr in self.self_attrs
+            return node.attr in _TENSOR_ATTRS and (self.is_tensor(node.value) or node.attr in ("weight", "bias"))
+        if isinstance(node, ast.Subscript):
+            return self.is_tensor(node.value)
+        if isinstance(node, ast.Call):
+            if self.is_extension_call(node):
+                return True
+            rest = _torch_rest(self.mod.qualname(node.func))
+            if rest is not None:
+                return not rest.startswith(("cuda.", "Size", "device", "dtype", "is_", "finfo", "iinfo", "numel",
+                                            "broadcast_shapes", "no_grad", "inference_mode", "get_", "utils."))
+            if isinstance(node.func, ast.Attribute) and self.is_tensor(node.func.value):
+                return node.func.attr not in _SHAPE_METHODS
+            return False
+        if isinstance(node, ast.BinOp):
+            return self.is_tensor(node.left) or self.is_tensor(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return self.is_tensor(node.operand)
+        if isinstance(node, ast.IfExp):
+            return self.is_tensor(node.body) or self.is_tensor(node.orelse)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return any(self.is_tensor(e) for e in node.elts)
+        if isinstance(node, ast.Starred):
+            return self.is_tensor(node.value)
+        return False
+
+
+def _check_forward_path(mod: _Module) -> list[str]:
+    out = []
+    self_attrs = _tensor_self_attrs(mod)
+    path = _forward_functions(mod)
+    for fn, _owner, tensors in path:
+        env = _TensorEnv(mod, tensors, self_attrs)
+        env.learn(fn)
+        where = "forward" if fn is path[0][0] else f"forward path ({fn.name})"
+        for node in ast.walk(fn):
+            line = _line(node)
+            if isinstance(node, ast.Call):
+                out += _forward_call(mod, env, node, where)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH_OPS) and env.is_tensor(node):
+                out.append(f"{where} uses the operator `{_short(node)}` on tensors (line {line}): "
+                           "that is PyTorch compute; do it in your kernel")
+            elif isinstance(node, ast.AugAssign) and (env.is_tensor(node.target) or env.is_tensor(node.value)):
+                out.append(f"{where} uses the operator `{_short(node)}` on tensors (line {line}): "
+                           "that is PyTorch compute; do it in your kernel")
+            elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Invert)) and env.is_tensor(node):
+                out.append(f"{where} negates a tensor `{_short(node)}` (line {line}): that is PyTorch "
+                           "compute; do it in your kernel")
+            elif isinstance(node, ast.Compare) and any(isinstance(o, _CMP_OPS) for o in node.ops) and (
+                    env.is_tensor(node.left) or any(env.is_tensor(c) for c in node.comparators)):
+                out.append(f"{where} compares tensors `{_short(node)}` (line {line}): that is PyTorch "
+                           "compute; do it in your kernel")
+    return out
+
+
+def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> list[str]:
+    line = node.lineno
+    q = mod.qualname(node.func)
+    if env.is_extension_call(node):
+        return []
+    if q is not None:
+        rest = _torch_rest(q)
+        root = q.split(".")[0]
+        if rest is not None:
+            if rest in _ALLOWED_TORCH_CALLS or (rest.startswith("nn.") and not rest.startswith("nn.functional.")):
+                return []  # nn layers are reported by _check_nn_layers wherever they appear
+            if rest.startswith("nn.functional."):
+                return [f"{where} calls F.{rest[len('nn.functional.'):]} (line {line}): torch.nn.functional is "
+                        "PyTorch compute; write it in your kernel"]
+            return [f"{where} calls torch.{rest} (line {line}): PyTorch compute is not allowed; write it in "
+                    "your kernel"]
+        if root in _ALLOWED_MODULE_CALL_ROOTS or root in mod.classes or root == "__future__":
+            return []
+        if q.endswith("cpp_extension.load_inline"):
+            return []
+        return [f"{where} calls {q} (line {line}): only your compiled kernels may compute; call them instead"]
+    if isinstance(node.func, ast.Attribute):
+        attr = node.func.attr
+        recv_q = mod.qualname(node.func.value)
+        if attr.startswith("__") and attr.endswith("__") and attr != "__init__":
+            return [f"{where} calls .{attr}() (line {line}): dunder calls are not allowed; call your kernel"]
+        if attr in _COMPUTE_METHODS and recv_q is None:
+            return [f"{where} calls .{attr}() (line {line}): tensor methods that compute are PyTorch compute; "
+                    "do it in your kernel"]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------------
+# load_inline, its sources and the C++/CUDA rules
+
+_LOAD_INLINE_POSITIONS = {"name": 0, "cpp_sources": 1, "cuda_sources": 2, "functions": 3, "extra_cflags": 4,
+                          "extra_cuda_cflags": 5, "extra_ldflags": 6}
+
+
+def _kwarg(call: ast.Call, name: str, position: int) -> ast.AST | None:
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+    if len(call.args) > position:
+        return call.args[position]
+    return None
+
+
+def _resolve_strings(mod: _Module, node: ast.AST, depth: int) -> list | None:
+    """The string pieces a source expression evaluates to, or None when it is built at run time.
+
+    Handles literals, module variables, +, f-strings, %, .format, .join, textwrap.dedent, .strip,
+    lists and tuples. ``"cudaSt" + "reamCreate"`` -> ['cudaStreamCreate'].
+    """
+    if depth > 12 or node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return []
+        return [str(node.value)] if isinstance(node.value, (str, int, float)) else None
+    if isinstance(node, ast.Name):
+        if node.id in mod.strings:
+            return _resolve_strings(mod, mod.strings[node.id], depth + 1)
+        return None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        out = []
+        for e in node.elts:
+            part = _resolve_strings(mod, e, depth + 1)
+            if part is None:
+                return None
+            out += part
+        return out
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _resolve_strings(mod, node.left, depth + 1), _resolve_strings(mod, node.right, depth + 1)
+        if left is None or right is None:
+            return None
+        if len(left) == 1 and len(right) == 1:
+            return [left[0] + right[0]]
+        return left + right
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Sub, ast.FloorDiv, ast.Pow, ast.Mod)):
+        return _fold_binop(mod, node, depth)
+    if isinstance(node, ast.JoinedStr):
+        text = ""
+        for v in node.values:
+            part = _resolve_strings(mod, v.value if isinstance(v, ast.FormattedValue) else v, depth + 1)
+            if part is None:
+                return None
+            text += "".join(part)
+        return [text]
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("strip", "lstrip", "rstrip", "format", "replace", "join"):
+            recv = _resolve_strings(mod, f.value, depth + 1)
+            args = [_resolve_strings(mod, a, depth + 1) for a in node.args]
+            if recv is None or any(a is None for a in args) or len(recv) != 1:
+                return None
+            try:
+                if f.attr == "join":
+                    return [recv[0].join(args[0] if args else [])]
+                if f.attr == "format":
+                    kw = {k.arg: "".join(_resolve_strings(mod, k.value, depth + 1) or []) for k in node.keywords}
+                    return [recv[0].format(*["".join(a) for a in args], **kw)]
+                if f.attr == "replace":
+                    return [recv[0].replace(*["".join(a) for a in args])]
+                return [getattr(recv[0], f.attr)()]
+            except (IndexError, KeyError, ValueError, TypeError, AttributeError):
+                return None
+        if (mod.qualname(f) or "").endswith("dedent") and node.args:
+            return _resolve_strings(mod, node.args[0], depth + 1)
+    return None
+
+
+def _fold_binop(mod: _Module, node: ast.BinOp, depth: int) -> list | None:
+    left, right = _resolve_strings(mod, node.left, depth + 1), _resolve_strings(mod, node.right, depth + 1)
+    if not left or not right or len(left) != 1 or len(right) != 1:
+        return None
+    a, b = _num_or_str(left[0]), _num_or_str(right[0])
+    try:
+        if isinstance(node.op, ast.Mod) and isinstance(a, str):
+            return [a % b]
+        if isinstance(a, str) or isinstance(b, str):
+            return None
+        if isinstance(node.op, ast.Pow) and abs(b) > 64:
+            return None
+        value = {ast.Mult: lambda: a * b, ast.Sub: lambda: a - b, ast.FloorDiv: lambda: a // b,
+                 ast.Pow: lambda: a ** b, ast.Mod: lambda: a % b}[type(node.op)]()
+        return [str(value)]
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def _num_or_str(s: str):
+    for cast in (int, float):
+        try:
+            return cast(s)
+        except ValueError:
+            pass
+    return s
+
+
+def _check_load_inline(mod: _Module, backend: str, allow_libraries: bool) -> list[str]:
+    calls = mod.load_inline_calls()
+    if not calls:
+        return ["no load_inline call: compile your kernel with torch.utils.cpp_extension.load_inline and "
+                "call it from forward"]
+    out = []
+    sources: list[_Source] = []
+    exposed: list[str] = []
+    for call in calls:
+        for kind in ("cpp_sources", "cuda_sources"):
+            node = _kwarg(call, kind, _LOAD_INLINE_POSITIONS[kind])
+            if node is None:
+                continue
+            parts = _resolve_strings(mod, node, 0)
+            if parts is None:
+                out.append(f"{kind} of load_inline (line {call.lineno}) is built at run time: pass a string "
+                           "literal or a module-level string so it can be checked")
+                continue
+            sources.append(_Source(kind, _prepare_cpp("\n".join(parts))))
+        for kind in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
+            node = _kwarg(call, kind, _LOAD_INLINE_POSITIONS[kind])
+            flags = " ".join(_resolve_strings(mod, node, 0) or []) if node is not None else ""
+            if _FAST_MATH.search(flags):
+                out.append(f"{kind} (line {call.lineno}) enables fast math `{_FAST_MATH.search(flags).group(0)}`: "
+                           "precision downgrade; remove the flag")
+            lib = re.search(r"-l\s*(cublas\w*|cudnn\w*|cufft\w*|cusparse\w*|cusolver\w*|mkl\w*|openblas|blas|dnnl)", flags)
+            if lib and not allow_libraries:
+                out.append(f"{kind} (line {call.lineno}) links {lib.group(1)}: library kernels are not "
+                           "allowed; write your own")
+        fn_node = _kwarg(call, "functions", _LOAD_INLINE_POSITIONS["functions"])
+        if fn_node is not None:
+            exposed += [f for f in (_resolve_strings(mod, fn_node, 0) or []) if f.isidentifier()]
+    out += _check_kernel_called(mod)
+    out += _check_sources(sources, exposed, backend, allow_libraries)
+    return out
+
+
+def _check_kernel_called(mod: _Module) -> list[str]:
+    path = _forward_functions(mod)
+    if not path:
+        return []
+    self_attrs = _tensor_self_attrs(mod)
+    for fn, _owner, tensors in path:
+        env = _TensorEnv(mod, tensors, self_attrs)
+        if any(isinstance(n, ast.Call) and env.is_extension_call(n) for n in ast.walk(fn)):
+            return []
+    return ["the compiled extension is never called from forward: call your kernel in ModelNew.forward "
+            "(a kernel that is compiled but not used does not count)"]
+
+
+def _prepare_cpp(text: str) -> str:
+    """Strip comments (keeping line numbers) and expand object-like macros and namespace aliases."""
+    text = _strip_cpp_comments(text)
+    aliases = {}
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(\S[^\n]*)$", text, re.M):
+        aliases[m.group(1)] = m.group(2).strip()
+    for m in re.finditer(r"\bnamespace\s+(\w+)\s*=\s*([\w:\s]+?)\s*;", text):
+        aliases[m.group(1)] = m.group(2)
+    if not aliases:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(aliases, key=len, reverse=True))) + r")\b")
+    body_lines = []
+    for line in text.split("\n"):
+        if re.match(r"^[ \t]*#[ \t]*define\b", line):
+            body_lines.append(line)
+        else:
+            body_lines.append(pattern.sub(lambda m: aliases[m.group(1)], line))
+    return "\n".join(body_lines)
+
+
+def _strip_cpp_comments(text: str) -> str:
+    """Remove // and /* */ comments outside string and char literals; newlines are kept."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i: j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _blank_strings(text: str) -> str:
+    """Replace the contents of C++ string literals by spaces (same length, so positions still match)."""
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
+
+
+def _check_sources(sources: list, exposed: list, backend: str, allow_libraries: bool) -> list[str]:
+    out = []
+    cuda = "\n".join(s.text for s in sources if s.kind == "cuda_sources")
+    cpp = "\n".join(s.text for s in sources if s.kind == "cpp_sources")
+    if backend == "cuda" and not re.search(r"\b__global__\b", cuda):
+        out.append("no __global__ kernel in cuda_sources: write the computation as a CUDA kernel "
+                   "and launch it from a host function")
+    if backend == "cpu":
+        if cuda.strip():
+            out.append("cuda_sources given for the cpu backend: put your C++ in cpp_sources")
+        if not re.search(r"\b(for|while|do)\b", cpp):
+            out.append("no loop in cpp_sources: write the computation yourself as C++ loops")
+    everything = cpp + "\n" + cuda
+    for name in dict.fromkeys(exposed):
+        if not re.search(rf"\b{re.escape(name)}\s*\(", everything):
+            out.append(f"functions lists `{name}` but the sources define no function `{name}`: define it "
+                       "in cpp_sources/cuda_sources")
+    for src in sources:
+        out += _scan_cpp(src, allow_libraries)
+    return out
+
+
+def _lineno(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
+    out = []
+    text = src.text
+    code = _blank_strings(text)
+
+    def hit(m: re.Match, what: str, why: str) -> None:
+        token = re.sub(r"\s+", "", m.group(0))
+        out.append(f"{src.kind} {what} `{token}` (source line {_lineno(code, m.start())}): {why}")
+
+    for m in _CPP_ATEN.finditer(code):
+        verdict = _aten_verdict(m.group(1), [p.strip() for p in m.group(2).split("::") if p.strip()], m.group(3))
+        if verdict == "compute":
+            hit(m, "calls", "ATen/PyTorch compute is not allowed in C++; write it in your kernel")
+        elif verdict == "dispatcher":
+            hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
+        elif verdict == "stream":
+            hit(m, "uses", "extra streams are not allowed; launch on at::cuda::getCurrentCUDAStream()")
+        elif verdict == "library" and not allow_libraries:
+            hit(m, "uses", "library kernels are not allowed; write your own")
+    for m in re.finditer(r"(?:\.|->)\s*(\w+)\s*\(", code):
+        if m.group(1) in _CPP_COMPUTE_METHODS:
+            hit(m, "calls the tensor method", "PyTorch compute is not allowed in C++; write it in your kernel")
+    for m in _CPP_DISPATCHER.finditer(code):
+        hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
+    for m in _CPP_USING.finditer(code):
+        hit(m, "has", "`using` torch/ATen names hides what is called; qualify names (torch::empty)")
+    if not allow_libraries:
+        for m in _CPP_LIBRARIES.finditer(text):  # with strings: #include "cublas_v2.h"
+            hit(m, "uses", "library kernels are not allowed; write your own (allow_libraries is off)")
+    for m in _CPP_STREAMS.finditer(code):
+        hit(m, "uses", "extra streams, CUDA graphs and timing tricks are not allowed; launch on "
+                       "at::cuda::getCurrentCUDAStream()")
+    for m in _CPP_L2.finditer(code):
+        hit(m, "uses", "L2 persistence and device limits are not allowed; leave the cache alone")
+    for m in _CPP_PROCESS.finditer(code):
+        hit(m, "uses", "threads, processes and dynamic loading are not allowed")
+    for m in _CPP_PRECISION.finditer(code):
+        hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
+    for m in re.finditer(r"##", code):
+        hit(m, "uses token pasting", "`##` hides names from checks; write names out in full")
+    for m in _FAST_MATH.finditer(text):  # with strings: #pragma GCC optimize("fast-math")
+        hit(m, "enables", "fast math is a precision downgrade; remove it")
+    return out
+
+
+def _aten_verdict(root: str, path: list, name: str) -> str:
+    """'ok', 'compute', 'dispatcher', 'stream' or 'library' for root::path::name in C++."""
+    full = path + [name]
+    if name in _CPP_CUDA_FORBIDDEN:
+        return "library" if "Handle" in name else "stream"
+    if any(p in ("blas", "cpublas") for p in full):
+        return "library"
+    if any(p in ("_ops",) for p in full) or name in ("Dispatcher", "OperatorHandle"):
+        return "dispatcher"
+    if any(p in _CPP_FORBIDDEN_NAMESPACES for p in path):
+        return "compute"
+    if root == "c10":
+        return "dispatcher" if "impl" in path else "ok"
+    if path:
+        return "ok" if path[0] in _CPP_ALLOWED_NAMESPACES or path[0] in _CPP_ALLOWED_ROOT_NAMES else "compute"
+    if name in _CPP_ALLOWED_ROOT_NAMES or re.fullmatch(r"k[A-Z]\w*", name):
+        return "ok"
+    return "compute"

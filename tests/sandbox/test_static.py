@@ -1,0 +1,474 @@
+"""check_format: honest candidates pass, and one candidate per hack in sandbox-threats.md §3 is rejected.
+
+Every attack is built from the honest element-wise-add candidate by changing one thing, so a rejection
+can only come from that change. Assertions look for the offending name in the messages.
+"""
+
+import textwrap
+
+import pytest
+
+from kevin.sandbox.static import check_format
+
+CUDA_SRC = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+// a + b, one thread per element
+__global__ void add_kernel(const float* __restrict__ a, const float* __restrict__ b,
+                           float* __restrict__ out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+torch::Tensor add_forward(torch::Tensor a, torch::Tensor b) {
+    TORCH_CHECK(a.is_cuda() && b.is_cuda(), "inputs must be CUDA tensors");
+    auto a_c = a.contiguous();
+    auto b_c = b.contiguous();
+    auto out = torch::empty_like(a_c);
+    const int64_t n = a_c.numel();
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads;
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    add_kernel<<<blocks, threads, 0, stream>>>(a_c.data_ptr<float>(), b_c.data_ptr<float>(),
+                                               out.data_ptr<float>(), n);
+    /*EXTRA_CUDA*/
+    return out;
+}
+'''
+
+
+def cuda_candidate(*, forward="return self.ext.add_forward(a, b)", head="", tail="", cuda_extra="",
+                   base="nn.Module", load_kwargs="", init=""):
+    """The honest element-wise-add candidate, with one piece swapped for an attack."""
+    src = CUDA_SRC.replace("/*EXTRA_CUDA*/", cuda_extra)
+    forward = textwrap.indent(textwrap.dedent(forward), " " * 8).lstrip()
+    init = textwrap.indent(textwrap.dedent(init), " " * 8).lstrip()
+    return f'''\
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{head}
+cuda_source = r"""{src}"""
+
+cpp_source = "torch::Tensor add_forward(torch::Tensor a, torch::Tensor b);"
+
+add_ext = load_inline(
+    name="add_ext",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["add_forward"],{load_kwargs}
+    verbose=False,
+)
+
+
+class ModelNew({base}):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ext = add_ext
+        {init}
+
+    def forward(self, a, b):
+        {forward}
+{tail}'''
+
+
+CPU_CANDIDATE = '''\
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto x_c = x.contiguous();
+    auto out = torch::empty_like(x_c);
+    const float* px = x_c.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < x_c.numel(); ++i) {
+        po[i] = px[i] > 0.0f ? px[i] : 0.0f;
+    }
+    return out;
+}
+"""
+
+relu_ext = load_inline(name="relu_cpu", cpp_sources=cpp_source, functions=["relu_forward"],
+                       extra_cflags=["-O3"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_ext.relu_forward(x)
+'''
+
+LINEAR_CANDIDATE = '''\
+import math
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = """
+#include <torch/extension.h>
+__global__ void linear_kernel(const float* x, const float* w, const float* b, float* y,
+                              int n, int k, int m) {
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n && col < m) {
+        float acc = b[col];
+        for (int i = 0; i < k; ++i) acc += x[row * k + i] * w[col * k + i];
+        y[row * m + col] = acc;
+    }
+}
+torch::Tensor linear_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+    int n = x.size(0), k = x.size(1), m = w.size(0);
+    auto y = torch::empty({n, m}, x.options());
+    dim3 block(16, 16);
+    dim3 grid((m + 15) / 16, (n + 15) / 16);
+    linear_kernel<<<grid, block>>>(x.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(),
+                                   y.data_ptr<float>(), n, k, m);
+    return y;
+}
+"""
+cpp_src = "torch::Tensor linear_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b);"
+linear = load_inline("linear_ext", cpp_src, cuda_src, functions=["linear_forward"])
+
+
+class ModelNew(nn.Module):
+    """Same parameters, same order, same initialisers as nn.Linear, so seeded weights match."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        batch = x.shape[0]
+        x2 = x.contiguous().view(batch, -1)
+        return linear.linear_forward(x2, self.weight, self.bias)
+'''
+
+
+def has(violations, *needles):
+    """True when one message contains every needle."""
+    return any(all(n in v for n in needles) for v in violations)
+
+
+# --- honest candidates --------------------------------------------------------------------------------
+
+
+def test_accepts_honest_cuda_elementwise_add():
+    assert check_format(cuda_candidate()) == []
+
+
+def test_accepts_honest_cpu_loop_with_cpu_backend():
+    assert check_format(CPU_CANDIDATE, backend="cpu") == []
+
+
+def test_accepts_parameters_initialised_with_nn_init_like_linear():
+    assert check_format(LINEAR_CANDIDATE) == []
+
+
+def test_unknown_backend_raises():
+    with pytest.raises(ValueError, match="unknown backend"):
+        check_format(cuda_candidate(), backend="tpu")
+
+
+def test_cpu_candidate_fails_cuda_backend_for_want_of_a_global_kernel():
+    assert has(check_format(CPU_CANDIDATE, backend="cuda"), "__global__")
+
+
+def test_rejects_missing_model_new():
+    assert has(check_format(cuda_candidate().replace("ModelNew", "Fast")), "ModelNew")
+
+
+def test_rejects_syntax_error():
+    assert has(check_format("class ModelNew(:\n"), "syntax error (line 1)")
+
+
+# --- false-positive guards --------------------------------------------------------------------------
+
+
+def test_word_pass_in_string_and_comment_is_allowed():
+    src = cuda_candidate(forward='''
+        # this pass bypasses nothing; it passes a and b to the kernel
+        note = "pass"
+        return self.ext.add_forward(a, b)''')
+    assert check_format(src) == []
+
+
+def test_try_inside_cuda_source_comment_is_allowed():
+    src = cuda_candidate(cuda_extra="// try: we could except a fallback here, but we don't (pass)")
+    assert check_format(src) == []
+
+
+def test_integer_size_arithmetic_in_forward_is_allowed():
+    src = cuda_candidate(forward='''
+        n = a.numel()
+        blocks = (n + 255) // 256
+        total = n * 4 + a.size(0) - b.shape[0]
+        assert a.dim() == b.dim() and blocks >= 0 and total >= 0
+        return self.ext.add_forward(a, b)''')
+    assert check_format(src) == []
+
+
+def test_contiguous_view_layout_helpers_are_allowed():
+    src = cuda_candidate(forward='''
+        flat_a = a.contiguous().view(-1)
+        flat_b = b.contiguous().reshape(-1)
+        out = self.ext.add_forward(flat_a, flat_b)
+        return out.view(a.shape)''')
+    assert check_format(src) == []
+
+
+# --- A1: reference ops in Python --------------------------------------------------------------------
+
+
+def test_rejects_forward_calling_torch_matmul():
+    v = check_format(cuda_candidate(forward="return torch.matmul(a, b)"))
+    assert has(v, "torch.matmul", "line")
+
+
+def test_rejects_forward_calling_functional_relu():
+    v = check_format(cuda_candidate(head="import torch.nn.functional as F",
+                                    forward="return F.relu(self.ext.add_forward(a, b))"))
+    assert has(v, "F.relu")
+
+
+def test_rejects_torch_nn_layer_module():
+    v = check_format(cuda_candidate(init="self.proj = nn.Linear(4, 4)"))
+    assert has(v, "torch.nn.Linear")
+
+
+def test_rejects_tensor_method_compute_in_forward():
+    v = check_format(cuda_candidate(forward="return self.ext.add_forward(a, b).sum(dim=0)"))
+    assert has(v, ".sum()")
+
+
+def test_rejects_tensor_operator_in_forward():
+    v = check_format(cuda_candidate(forward="return self.ext.add_forward(a, b) * 2"))
+    assert has(v, "operator", "* 2")
+
+
+def test_rejects_torch_compute_in_a_helper_called_from_forward():
+    v = check_format(cuda_candidate(forward="return self.ext.add_forward(_mix(a, b), b)",
+                                    tail="\n\ndef _mix(x, y):\n    return x @ y\n"))
+    assert has(v, "_mix", "x @ y")
+
+
+# --- A2: library or ATen calls in C++ ---------------------------------------------------------------
+
+
+def test_rejects_cpp_calling_at_matmul():
+    v = check_format(cuda_candidate(cuda_extra="out = at::matmul(a, b);"))
+    assert has(v, "at::matmul", "cuda_sources")
+
+
+def test_rejects_cpp_tensor_method_mm():
+    v = check_format(cuda_candidate(cuda_extra="out = a.mm(b);"))
+    assert has(v, ".mm(")
+
+
+def test_rejects_cpp_dispatcher_call():
+    extra = 'auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");'
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "Dispatcher")
+
+
+def test_rejects_cublas_unless_libraries_allowed():
+    extra = "cublasHandle_t h; cublasCreate(&h);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cublasCreate")
+    assert check_format(cuda_candidate(cuda_extra=extra), allow_libraries=True) == []
+
+
+def test_rejects_define_alias_of_torch_namespace():
+    extra = "\n#define NS torch\nout = NS::matmul(a, b);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "torch::matmul")
+
+
+# --- A3: try/except fallback ------------------------------------------------------------------------
+
+
+def test_rejects_try_except_fallback():
+    v = check_format(cuda_candidate(forward='''
+        try:
+            return self.ext.add_forward(a, b)
+        except RuntimeError:
+            return a + b'''))
+    assert has(v, "try/except")
+
+
+def test_rejects_contextlib_suppress():
+    v = check_format(cuda_candidate(head="import contextlib", forward='''
+        with contextlib.suppress(Exception):
+            return self.ext.add_forward(a, b)'''))
+    assert has(v, "contextlib.suppress")
+
+
+# --- A4: inherit or delegate ------------------------------------------------------------------------
+
+
+def test_rejects_pass_subclass_of_model():
+    src = "import torch.nn as nn\nfrom reference import Model\n\nclass ModelNew(Model):\n    pass\n"
+    v = check_format(src)
+    assert has(v, "`Model`") and has(v, "only `pass`")
+
+
+def test_rejects_instantiating_model():
+    v = check_format(cuda_candidate(init="self.ref = Model()", forward="return self.ref(a, b)"))
+    assert has(v, "`Model`")
+
+
+def test_rejects_super_forward():
+    v = check_format(cuda_candidate(forward="return super().forward(a, b)"))
+    assert has(v, "super().forward")
+
+
+# --- A5: decoy kernel -------------------------------------------------------------------------------
+
+
+def test_rejects_decoy_kernel_never_called():
+    v = check_format(cuda_candidate(forward="return torch.add(a, b)"))
+    assert has(v, "never called from forward")
+
+
+def test_rejects_exposed_function_that_is_not_defined():
+    src = cuda_candidate().replace('functions=["add_forward"]', 'functions=["add_forward", "mul_forward"]')
+    assert has(check_format(src), "mul_forward")
+
+
+# --- B6: precision downgrade ------------------------------------------------------------------------
+
+
+def test_rejects_half_precision_in_forward():
+    v = check_format(cuda_candidate(forward="return self.ext.add_forward(a.half(), b.half())"))
+    assert has(v, ".half()", "precision")
+
+
+def test_rejects_fast_math_flag():
+    v = check_format(cuda_candidate(load_kwargs='\n    extra_cuda_cflags=["-O3", "--use_fast_math"],'))
+    assert has(v, "extra_cuda_cflags", "fast math")
+
+
+# --- C2: global numerics flags ----------------------------------------------------------------------
+
+
+def test_rejects_allow_tf32_flag():
+    v = check_format(cuda_candidate(head="torch.backends.cuda.matmul.allow_tf32 = True"))
+    assert has(v, "torch.backends.cuda.matmul.allow_tf32")
+
+
+def test_rejects_set_float32_matmul_precision():
+    v = check_format(cuda_candidate(head='torch.set_float32_matmul_precision("medium")'))
+    assert has(v, "set_float32_matmul_precision")
+
+
+# --- C3: subverting the comparison ------------------------------------------------------------------
+
+
+def test_rejects_allclose_monkeypatch():
+    v = check_format(cuda_candidate(head="torch.allclose = lambda *args, **kwargs: True"))
+    assert has(v, "torch.allclose", "patching")
+
+
+def test_rejects_tensor_subclass():
+    v = check_format(cuda_candidate(tail='''
+
+class Lazy(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+'''))
+    assert has(v, "subclasses torch.Tensor") and has(v, "__torch_function__")
+
+
+# --- D1: side streams -------------------------------------------------------------------------------
+
+
+def test_rejects_python_side_stream():
+    v = check_format(cuda_candidate(forward='''
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            return self.ext.add_forward(a, b)'''))
+    assert has(v, "torch.cuda.Stream") and has(v, "torch.cuda.stream")
+
+
+def test_rejects_cpp_stream_creation():
+    extra = "cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaStreamCreateWithFlags")
+
+
+def test_rejects_stream_name_split_across_python_strings():
+    # "cudaSt" + "reamCreate" is folded before the C++ scan
+    src = cuda_candidate().replace('cuda_sources=cuda_source,',
+                                   'cuda_sources=cuda_source + "void f(){ cudaSt" + "reamCreate(0); }",')
+    assert has(check_format(src), "cudaStreamCreate")
+
+
+# --- D2: background threads -------------------------------------------------------------------------
+
+
+def test_rejects_thread_launch():
+    v = check_format(cuda_candidate(head="import threading", forward='''
+        out = torch.empty_like(a)
+        threading.Thread(target=self.ext.add_forward, args=(a, b)).start()
+        return out'''))
+    assert has(v, "imports threading")
+
+
+# --- D6: timer forgery ------------------------------------------------------------------------------
+
+
+def test_rejects_timer_patch():
+    v = check_format(cuda_candidate(head="torch.cuda.Event.elapsed_time = lambda self, end: 0.001"))
+    assert has(v, "torch.cuda.Event.elapsed_time")
+
+
+def test_rejects_time_module_patch():
+    v = check_format(cuda_candidate(head="import time\ntime.perf_counter = lambda: 0.0"))
+    assert has(v, "imports time") and has(v, "time.perf_counter", "patching")
+
+
+# --- D7: L2 persistence -----------------------------------------------------------------------------
+
+
+def test_rejects_l2_persistence_window():
+    extra = ("cudaStreamAttrValue attr; attr.accessPolicyWindow.num_bytes = 1 << 20;\n"
+             "cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &attr);")
+    v = check_format(cuda_candidate(cuda_extra=extra))
+    assert has(v, "accessPolicyWindow", "L2")
+
+
+# --- E4 / B7: evading the checks, reading the harness -----------------------------------------------
+
+
+def test_rejects_exec_of_base64_payload():
+    v = check_format(cuda_candidate(head='import base64\nexec(base64.b64decode("cHJpbnQoMSk="))'))
+    assert has(v, "imports base64") and has(v, "exec()")
+
+
+def test_rejects_getattr_on_torch_with_built_name():
+    v = check_format(cuda_candidate(forward='return getattr(torch, "mat" + "mul")(a, b)'))
+    assert has(v, "getattr(torch")
+
+
+def test_rejects_token_pasting_in_cuda():
+    extra = "\n#define MAKE(x) cudaSt##x\ncudaStream_t s; MAKE(reamCreate)(&s);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "token pasting")
+
+
+def test_rejects_frame_walking():
+    v = check_format(cuda_candidate(head="import sys",
+                                    forward='return sys._getframe(2).f_locals["output"]'))
+    assert has(v, "sys._getframe")
+
+
+def test_rejects_gc_object_scan():
+    v = check_format(cuda_candidate(head="import gc", forward='''
+        for obj in gc.get_objects():
+            pass
+        return self.ext.add_forward(a, b)'''))
+    assert has(v, "imports gc")
