@@ -113,7 +113,7 @@ def test_examples_are_valid_python_with_real_kernels():
         tree = ast.parse(example)
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
         assert classes == ["ModelNew"]
-    assert "__global__" in EXAMPLE_CUDA and "<<<blocks, threads, 0, stream>>>" in EXAMPLE_CUDA
+    assert "__global__" in EXAMPLE_CUDA and "add_kernel<<<blocks, threads>>>" in EXAMPLE_CUDA
     assert "const int threads = 256;" in EXAMPLE_CUDA
     assert "cuda_sources" not in EXAMPLE_CPU and "for (int64_t i = 0; i < n; ++i)" in EXAMPLE_CPU
 
@@ -165,3 +165,14 @@ def test_fence_outgrows_backticks_inside_the_code():
 def test_build_prompt_with_omitted_attempts_says_so():
     text = build_prompt(TASK, [ATTEMPT_2], first_attempt_number=2)
     assert "1 earlier attempt was omitted" in text and "### Attempt 2" in text
+
+
+@pytest.mark.parametrize("backend, example", [("cuda", EXAMPLE_CUDA), ("cpu", EXAMPLE_CPU)])
+def test_first_turn_examples_pass_the_sandbox_static_check(backend, example):
+    # The example teaches the answer format; our own format check must accept it. (The CPU example
+    # also compiles and returns exactly a + b -- checked by hand, not here: a compile costs ~35 s.)
+    from kevin.sandbox.static import check_format
+
+    assert check_format(example, backend=backend) == []
+    other = "cpu" if backend == "cuda" else "cuda"
+    assert check_format(example, backend=other) != []  # each example is specific to its backend
