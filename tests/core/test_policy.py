@@ -1,0 +1,323 @@
+import json
+import math
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import torch
+
+from kevin.core.policy import (
+    Generation,
+    OpenAIError,
+    OpenAIPolicy,
+    Policy,
+    TransformersPolicy,
+    VLLMPolicy,
+    cut_at_stop,
+    left_pad,
+    round_up,
+)
+from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_tiny_model(tok, seed=0)
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Write a fused softmax kernel."}],
+    [{"role": "system", "content": "You write kernels."}, {"role": "user", "content": "relu"}],
+    [{"role": "user", "content": "Optimize the matmul with shared memory tiling and vectorized loads, please."}],
+]
+
+
+def reference_logprobs(model, gen: Generation, temperature: float, top_p: float) -> torch.Tensor:
+    """Teacher-forced log-probs of the sampled ids, from an unpadded forward pass, under the sampling
+    distribution: softmax(logits / T) restricted to the top-p nucleus and renormalised."""
+    ids = torch.tensor([list(gen.prompt_ids) + list(gen.token_ids)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(gen.prompt_ids) - 1 : -1].float() / temperature  # [n, V]
+    logp = torch.log_softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_lp, order = logp.sort(dim=-1, descending=True)
+        cum = sorted_lp.exp().cumsum(-1)
+        keep_sorted = (cum - sorted_lp.exp()) < top_p  # a token is kept while the mass before it is < p
+        keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+        logp = torch.log_softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
+    return logp.gather(1, torch.tensor(gen.token_ids)[:, None]).squeeze(1)
+
+
+# --- pure helpers -------------------------------------------------------------------------------------
+
+
+def test_cut_at_stop_keeps_the_first_stop_token_and_drops_the_padding_after_it():
+    assert cut_at_stop([5, 7, 2, 0, 0], [-1.0, -2.0, -0.5, 0.0, 0.0], {2, 0}) == ((5, 7, 2), (-1.0, -2.0, -0.5), True)
+
+
+def test_cut_at_stop_without_a_stop_token_keeps_everything_and_reports_not_stopped():
+    assert cut_at_stop([5, 7], None, {2}) == ((5, 7), None, False)
+
+
+def test_left_pad_puts_padding_on_the_left_with_a_zero_mask():
+    assert left_pad([[7, 8], [9]], 3, 0) == ([[0, 7, 8], [0, 0, 9]], [[0, 1, 1], [0, 0, 1]])
+
+
+def test_round_up_goes_to_the_next_multiple():
+    # 1025 -> 5 * 256 = 1280; 1024 stays; 1 -> 256
+    assert [round_up(1025, 256), round_up(1024, 256), round_up(1, 256)] == [1280, 1024, 256]
+
+
+def test_generation_rejects_logprobs_of_another_length():
+    with pytest.raises(ValueError):
+        Generation((1,), (2, 3), (-1.0,), "x", False)
+
+
+# --- transformers backend -----------------------------------------------------------------------------
+
+
+def test_transformers_policy_satisfies_the_policy_protocol(tok, model):
+    assert isinstance(TransformersPolicy(model, tok), Policy)
+
+
+def test_auto_mode_is_plain_generate_on_the_cpu(tok, model):
+    assert TransformersPolicy(model, tok).resolved_mode() == "generate"
+
+
+def test_unknown_mode_and_non_positive_temperature_are_rejected(tok, model):
+    with pytest.raises(ValueError):
+        TransformersPolicy(model, tok, mode="fast")
+    with pytest.raises(ValueError):
+        TransformersPolicy(model, tok, temperature=0.0)
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_sampling_logprobs_equal_teacher_forced_logprobs_of_the_tempered_nucleus(tok, model, mode):
+    # Three prompts of different lengths share one left-padded batch; the reference runs each unpadded.
+    policy = TransformersPolicy(model, tok, max_new_tokens=12, temperature=0.7, top_p=0.9, mode=mode, stop_token_ids=())
+    torch.manual_seed(1)
+    gens = policy.generate(CONVERSATIONS)
+    assert len(gens) == 3
+    for g in gens:
+        assert len(g.token_ids) == 12 and g.truncated
+        ref = reference_logprobs(model, g, temperature=0.7, top_p=0.9)
+        torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=2)
+    g = policy.generate(CONVERSATIONS[:1])[0]
+    assert tok.decode(list(g.prompt_ids)) == (
+        "<|im_start|>user\nWrite a fused softmax kernel.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+
+
+def test_a_response_that_emits_a_stop_token_ends_with_it_and_is_not_truncated(tok, model):
+    # Every token is a stop token, so the first sampled token ends the response.
+    policy = TransformersPolicy(model, tok, max_new_tokens=8, stop_token_ids=range(len(tok)))
+    g = policy.generate(CONVERSATIONS[:1])[0]
+    assert len(g.token_ids) == 1 and len(g.logprobs) == 1
+    assert not g.truncated
+    assert g.text == ""  # the stop token itself is not part of the text
+
+
+def test_a_response_without_a_stop_token_is_truncated_at_max_new_tokens(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=5, stop_token_ids=())
+    g = policy.generate(CONVERSATIONS[:1])[0]
+    assert len(g.token_ids) == 5 and g.truncated
+
+
+def test_text_is_the_decoded_token_ids(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=10, stop_token_ids=())
+    g = policy.generate(CONVERSATIONS[:1])[0]
+    assert g.text == tok.decode(list(g.token_ids), skip_special_tokens=True)
+
+
+def test_the_models_own_generation_defaults_add_no_warper(tok):
+    # A Qwen checkpoint ships top_k=20 and a repetition penalty; the policy must sample from the plain
+    # tempered distribution anyway. With top_k=1 left active every logprob would be 0.
+    model = build_tiny_model(tok, seed=3)
+    model.generation_config.top_k = 1
+    model.generation_config.repetition_penalty = 1.3
+    policy = TransformersPolicy(model, tok, max_new_tokens=6, temperature=1.0, stop_token_ids=())
+    g = policy.generate(CONVERSATIONS[:1])[0]
+    torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(model, g, 1.0, 1.0), atol=1e-4, rtol=1e-4)
+
+
+def test_batch_size_splits_the_work_and_keeps_the_order(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=3, batch_size=2, stop_token_ids=())
+    gens = policy.generate(CONVERSATIONS)
+    assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in CONVERSATIONS]
+
+
+def test_a_peft_lora_model_generates_with_exact_logprobs(tok):
+    peft = pytest.importorskip("peft")
+    base = build_tiny_model(tok, seed=4)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.eval()
+    policy = TransformersPolicy(lora, tok, max_new_tokens=6, temperature=0.8, stop_token_ids=())
+    g = policy.generate(CONVERSATIONS[:2])[1]
+    assert len(g.token_ids) == 6
+    torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(lora, g, 0.8, 1.0), atol=1e-4, rtol=1e-4)
+
+
+def test_count_tokens_counts_tokenizer_ids(tok, model):
+    policy = TransformersPolicy(model, tok)
+    assert policy.count_tokens("__global__ void") == len(tok("__global__ void", add_special_tokens=False)["input_ids"])
+
+
+# --- vLLM ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_policy_without_vllm_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match="pip install vllm"):
+        VLLMPolicy("any/model")
+
+
+# --- OpenAI-compatible endpoint -----------------------------------------------------------------------
+
+
+class _Server:
+    """A local chat-completions server; ``plan`` is a list of (status, body) replies, then 200s forever."""
+
+    def __init__(self, plan=(), finish_reason="stop", reasoning=None):
+        self.plan = list(plan)
+        self.requests = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers["Content-Length"])
+                body = json.loads(self.rfile.read(n))
+                outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                if outer.plan:
+                    status, payload = outer.plan.pop(0)
+                else:
+                    last = body["messages"][-1]["content"]
+                    message = {"role": "assistant", "content": f"echo: {last}"}
+                    if reasoning is not None:
+                        message["reasoning_content"] = reasoning
+                    status, payload = 200, {"choices": [{"message": message, "finish_reason": finish_reason}]}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self):
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_openai_policy_returns_the_completion_text_in_order_without_token_ids():
+    with _Server() as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, api_key="k", max_tokens=7, concurrency=2)
+        gens = policy.generate([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]])
+    assert [g.text for g in gens] == ["echo: a", "echo: b"]
+    assert all(g.token_ids == () and g.prompt_ids == () and g.logprobs is None and not g.truncated for g in gens)
+    req = server.requests[0]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer k"
+    assert req["body"]["model"] == "m" and req["body"]["max_tokens"] == 7
+
+
+def test_openai_policy_retries_a_server_error_then_succeeds():
+    with _Server(plan=[(500, {"error": "boom"})]) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01, max_retries=2)
+        g = policy.generate([[{"role": "user", "content": "x"}]])[0]
+    assert g.text == "echo: x"
+    assert len(server.requests) == 2  # the 500, then the success
+
+
+def test_openai_policy_retries_a_rate_limit():
+    with _Server(plan=[(429, {"error": "slow down"})]) as server:
+        g = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01).generate([[{"role": "user", "content": "y"}]])[0]
+    assert g.text == "echo: y" and len(server.requests) == 2
+
+
+def test_openai_policy_raises_on_a_client_error_without_retrying():
+    with _Server(plan=[(400, {"error": {"message": "bad model name"}})]) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01, max_retries=3)
+        with pytest.raises(OpenAIError, match="HTTP 400.*bad model name"):
+            policy.generate([[{"role": "user", "content": "x"}]])
+    assert len(server.requests) == 1
+
+
+def test_openai_policy_gives_up_after_max_retries():
+    with _Server(plan=[(503, {})] * 3) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01, max_retries=2)
+        with pytest.raises(OpenAIError, match="gave up after 3 attempts"):
+            policy.generate([[{"role": "user", "content": "x"}]])
+    assert len(server.requests) == 3
+
+
+def test_openai_policy_marks_a_length_cut_reply_truncated_and_restores_reasoning():
+    with _Server(finish_reason="length", reasoning="Okay, tile it.") as server:
+        g = OpenAIPolicy("m", base_url=server.base_url).generate([[{"role": "user", "content": "z"}]])[0]
+    assert g.truncated
+    assert g.text == "<think>\nOkay, tile it.\n</think>\necho: z"
+
+
+def test_openai_policy_times_out_and_retries_on_an_unreachable_server():
+    # Port 9 on localhost refuses connections: a connection error, retried, then OpenAIError.
+    policy = OpenAIPolicy("m", base_url="http://127.0.0.1:9/v1", backoff_s=0.0, max_retries=1, timeout_s=2)
+    with pytest.raises(OpenAIError, match="gave up after 2 attempts"):
+        policy.generate([[{"role": "user", "content": "x"}]])
+
+
+def test_openai_policy_counts_about_four_characters_per_token():
+    # ceil(9 / 4) = 3
+    assert OpenAIPolicy("m", base_url="http://127.0.0.1:9/v1").count_tokens("123456789") == 3
+
+
+def test_openai_api_key_defaults_to_the_environment(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    assert OpenAIPolicy("m").api_key == "from-env"
+
+
+# --- GPU ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_auto_mode_on_cuda_samples_with_exact_logprobs(tok):
+    model = build_tiny_model(tok, seed=5).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=16, temperature=0.9, top_p=0.95, stop_token_ids=())
+    assert policy.resolved_mode() != "generate"
+    for _ in range(2):  # the second call reuses the cache and the compiled graph
+        gens = policy.generate(CONVERSATIONS)
+    for g in gens:
+        assert len(g.token_ids) == 16 and g.truncated
+        ref = reference_logprobs(model, g, 0.9, 0.95).cpu()
+        torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["generate", "static", "continuous"])
+def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok, mode):
+    model = build_tiny_model(tok, seed=6).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=8, mode=mode, stop_token_ids=())
+    gens = policy.generate(CONVERSATIONS)
+    assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in CONVERSATIONS]
+    assert all(len(g.token_ids) == 8 and len(g.logprobs) == 8 for g in gens)
+    assert all(math.isfinite(x) and x <= 0 for g in gens for x in g.logprobs)

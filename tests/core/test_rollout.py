@@ -1,0 +1,219 @@
+import time
+
+import pytest
+from core_fakes import ScriptedPolicy, VerdictSandbox, char_ids, response
+
+from kevin.core.rollout import TRUNCATED_FEEDBACK, format_error_result, rollout, share
+from kevin.core.split import split_trajectories
+from kevin.data.task import Task
+from kevin.sandbox.result import EvalResult
+
+CODE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass  # KERNEL-MARK-{i}\n"
+
+
+def _tasks(n):
+    return [Task(f"t{b}", f"import torch\n\nclass Model(torch.nn.Module):\n    pass  # task {b}\n") for b in range(n)]
+
+
+def _incorrect(task, code):
+    return EvalResult("incorrect", f"FEEDBACK for {task.task_id}: max error 0.5", max_abs_error=0.5)
+
+
+def _user_text(conversation):
+    return "\n".join(m["content"] for m in conversation)
+
+
+def _run(policy, n_tasks=1, g=2, t=2, verdict=_incorrect, **kw):
+    sandbox = VerdictSandbox(verdict)
+    trajs = rollout(policy, _tasks(n_tasks), sandbox, n_trajectories=g, n_turns=t, backend="cpu", progress=False, **kw)
+    return trajs, sandbox
+
+
+# --- prompts across turns -----------------------------------------------------------------------------
+
+
+def test_turn_two_prompt_holds_turn_one_kernel_summary_and_feedback_but_not_its_thought():
+    first = response("THOUGHT-SECRET reasoning", CODE.format(i=1), "SUMMARY-ONE: used a loop.")
+    policy = ScriptedPolicy([first, first])
+    _run(policy, g=1, t=2)
+    turn1, turn2 = _user_text(policy.calls[0][0]), _user_text(policy.calls[1][0])
+    assert "KERNEL-MARK-1" not in turn1 and "FEEDBACK for t0" not in turn1
+    assert "KERNEL-MARK-1" in turn2
+    assert "SUMMARY-ONE: used a loop." in turn2
+    assert "FEEDBACK for t0: max error 0.5" in turn2
+    assert "THOUGHT-SECRET" not in turn2
+
+
+def test_every_earlier_turn_appears_in_order_in_the_last_prompt():
+    policy = ScriptedPolicy([response("t", CODE.format(i=k), f"SUMMARY-{k}") for k in range(3)])
+    _run(policy, g=1, t=3)
+    last = _user_text(policy.calls[2][0])
+    assert last.index("KERNEL-MARK-0") < last.index("KERNEL-MARK-1")
+    assert "KERNEL-MARK-2" not in last  # turn 3's own kernel is what it is about to write
+
+
+def test_the_prompt_budget_drops_the_earliest_attempts_first():
+    policy = ScriptedPolicy([response("t", CODE.format(i=k), f"SUMMARY-{k}") for k in range(3)])
+    _run(policy, g=1, t=3)
+    full = _user_text(policy.calls[2][0])
+    budget = len(full) - 10  # ScriptedPolicy counts one token per character: one attempt must go
+    policy2 = ScriptedPolicy([response("t", CODE.format(i=k), f"SUMMARY-{k}") for k in range(3)])
+    _run(policy2, g=1, t=3, max_prompt_tokens=budget)
+    last = _user_text(policy2.calls[2][0])
+    assert "KERNEL-MARK-0" not in last and "KERNEL-MARK-1" in last
+
+
+# --- batching -----------------------------------------------------------------------------------------
+
+
+def test_each_turn_is_one_generate_call_and_one_evaluate_many_call_over_all_trajectories():
+    policy = ScriptedPolicy([response("t", CODE.format(i=0), "s")])
+    trajs, sandbox = _run(policy, n_tasks=2, g=3, t=2)
+    assert [len(c) for c in policy.calls] == [6, 6]  # B * G = 2 * 3 conversations per turn
+    assert [len(b) for b in sandbox.batches] == [6, 6]
+    assert len(trajs) == 6 and all(len(tr.turns) == 2 for tr in trajs)
+
+
+def test_output_is_task_major_then_trajectory_index():
+    trajs, _ = _run(ScriptedPolicy([response("t", CODE.format(i=0), "s")]), n_tasks=2, g=3, t=1)
+    assert [(tr.task_id, tr.task_index, tr.trajectory_index) for tr in trajs] == [
+        ("t0", 0, 0), ("t0", 0, 1), ("t0", 0, 2), ("t1", 1, 0), ("t1", 1, 1), ("t1", 1, 2)
+    ]
+
+
+def test_trajectories_of_a_task_are_sent_their_own_tasks_source():
+    trajs, sandbox = _run(ScriptedPolicy([response("t", CODE.format(i=0), "s")]), n_tasks=2, g=2, t=1)
+    assert [task.task_id for task, _ in sandbox.batches[0]] == ["t0", "t0", "t1", "t1"]
+
+
+# --- failures -----------------------------------------------------------------------------------------
+
+
+def test_a_parse_failure_is_a_format_error_with_the_parsers_message_and_no_sandbox_call():
+    policy = ScriptedPolicy([lambda i: "no code here" if i == 0 else response("t", CODE.format(i=i), "s")])
+    trajs, sandbox = _run(policy, g=2, t=1)
+    r = trajs[0].turns[0].result
+    assert r.status == "format_error" and "no code block defining ModelNew" in r.feedback
+    assert len(sandbox.batches[0]) == 1  # only trajectory 1's kernel was evaluated
+    assert trajs[1].turns[0].result.status == "incorrect"
+
+
+def test_a_failed_turn_does_not_stop_the_trajectory_and_its_feedback_reaches_the_next_prompt():
+    policy = ScriptedPolicy(["no code here", response("t", CODE.format(i=2), "s")])
+    trajs, _ = _run(policy, g=1, t=3)
+    assert [t.result.status for t in trajs[0].turns] == ["format_error", "incorrect", "incorrect"]
+    assert "no code block defining ModelNew" in _user_text(policy.calls[1][0])
+
+
+def test_a_truncated_response_fails_without_reaching_the_sandbox_and_the_trajectory_goes_on():
+    ok = response("t", CODE.format(i=0), "s")
+    policy = ScriptedPolicy([ok], truncate=lambda turn, i: turn == 0)
+    trajs, sandbox = _run(policy, g=1, t=2)
+    first, second = trajs[0].turns
+    assert first.truncated and first.result.status == "format_error" and first.result.feedback == TRUNCATED_FEEDBACK
+    assert [len(b) for b in sandbox.batches] == [1]  # turn 1 sent nothing (no call at all), turn 2 one kernel
+    assert second.result.status == "incorrect"
+
+
+def test_format_error_result_quotes_the_parser():
+    assert format_error_result("bad fence").feedback == "Your response could not be parsed: bad fence."
+
+
+# --- what a turn keeps --------------------------------------------------------------------------------
+
+
+def test_a_turn_keeps_sampled_ids_logprobs_and_parsed_parts_as_generated():
+    text = response("THINK", CODE.format(i=0), "SUM")
+    trajs, _ = _run(ScriptedPolicy([text]), g=1, t=1)
+    turn = trajs[0].turns[0]
+    assert turn.response_ids == char_ids(text) and turn.response_text == text
+    assert turn.response_logprobs == (-0.5,) * len(text)
+    assert (turn.thought, turn.code, turn.summary) == ("THINK", CODE.format(i=0), "SUM")
+    assert turn.result.status == "incorrect"
+
+
+def test_the_loss_mask_covers_exactly_the_sampled_tokens():
+    text = response("THINK", CODE.format(i=0), "SUM")
+    trajs, _ = _run(ScriptedPolicy([text]), g=2, t=2)
+    n = sum(len(tr.turns) for tr in trajs)
+    samples = split_trajectories(trajs, [0.0] * n, [0.0] * n)
+    for s, turn in zip(samples, [t for tr in trajs for t in tr.turns]):
+        assert s.response_ids == turn.response_ids == char_ids(text)
+        assert s.loss_mask == (1,) * len(text)
+        assert s.prompt_ids == turn.prompt_ids and len(s.prompt_ids) > 0  # prompt kept apart, never masked in
+
+
+def test_generation_seconds_are_shared_by_tokens_and_evaluation_seconds_evenly():
+    class SlowPolicy(ScriptedPolicy):
+        def generate(self, conversations):
+            time.sleep(0.05)
+            return super().generate(conversations)
+
+    short, long = response("a", CODE.format(i=0), "s"), response("a" * 200, CODE.format(i=0), "s")
+    trajs, _ = _run(SlowPolicy([lambda i: short if i == 0 else long]), g=2, t=1)
+    a, b = trajs[0].turns[0], trajs[1].turns[0]
+    assert a.generation_s + b.generation_s >= 0.05
+    assert a.generation_s / b.generation_s == pytest.approx(len(short) / len(long))
+    assert a.evaluation_s == pytest.approx(b.evaluation_s)
+
+
+def test_share_splits_in_proportion():
+    # 6 * 1/6, 6 * 2/6, 6 * 3/6; all-zero weights split evenly
+    assert share(6.0, [1, 2, 3]) == [1.0, 2.0, 3.0]
+    assert share(1.0, [0, 0]) == [0.5, 0.5]
+
+
+def test_invalid_counts_are_rejected():
+    with pytest.raises(ValueError):
+        _run(ScriptedPolicy(["x"]), g=0, t=1)
+
+
+def test_a_custom_environment_can_replace_prompts_and_parser():
+    seen = []
+
+    def build(task, attempts, **kw):
+        seen.append(len(attempts))
+        return [{"role": "user", "content": f"solve {task.task_id}"}]
+
+    class P:
+        def __init__(self, text):
+            self.thought, self.code, self.summary, self.error = None, text, None, None
+
+    trajs, sandbox = _run(ScriptedPolicy(["42"]), g=1, t=2, build_messages=build, parse_response=P)
+    assert seen == [0, 1] and [code for _, code in sandbox.batches[0]] == ["42"]
+
+
+# --- the real CPU sandbox -----------------------------------------------------------------------------
+
+
+def test_real_sandbox_accepts_the_honest_kernel_and_its_feedback_reaches_the_next_prompt(real_rollout):
+    policy, trajs = real_rollout
+    t0 = trajs[0].turns[0]
+    assert t0.result.status == "correct", t0.result.feedback
+    assert t0.evaluation_s > 0
+    assert t0.result.feedback in _user_text(policy.calls[1][0])
+
+
+def test_real_sandbox_rollout_goes_on_after_a_parse_failure(real_rollout):
+    _, trajs = real_rollout
+    assert [t.result.status for t in trajs[1].turns] == ["format_error", "correct"]
+    assert trajs[1].turns[0].evaluation_s == 0.0
+
+
+def test_tiny_policy_rollout_of_two_tasks_two_trajectories_two_turns_runs_end_to_end(add_task, cpu_sandbox):
+    from kevin.core.tiny import tiny_policy
+
+    other = Task("add2", add_task.source, sizes={"cpu": {"N": 1024}})
+    policy = tiny_policy(seed=0, max_new_tokens=24)
+    trajs = rollout(policy, [add_task, other], cpu_sandbox, n_trajectories=2, n_turns=2, backend="cpu", progress=True)
+    assert [(tr.task_id, tr.trajectory_index, len(tr.turns)) for tr in trajs] == [
+        ("add", 0, 2), ("add", 1, 2), ("add2", 0, 2), ("add2", 1, 2)
+    ]
+    for tr in trajs:
+        for turn in tr.turns:
+            assert 1 <= len(turn.response_ids) <= 24
+            assert len(turn.response_logprobs) == len(turn.response_ids)
+            assert turn.result.status in ("format_error", "compile_error", "runtime_error", "incorrect", "correct")
+        turn2_prompt = policy.tokenizer.decode(list(tr.turns[1].prompt_ids))
+        assert "Here are your previous attempts:" in turn2_prompt
+        assert tr.turns[0].result.feedback.strip() in turn2_prompt
