@@ -1,0 +1,172 @@
+"""The golden process: the only place the reference `Model` runs. It never sees candidate code.
+
+``python -m kevin.sandbox._golden JOB REPORT_FD COMMAND_FD``. For every task of the job it
+
+1. executes the task source (``Model``, ``get_inputs``, ``get_init_inputs``) in a fresh namespace;
+2. builds ``Model(*get_init_inputs())`` right after ``torch.manual_seed(init_seed)`` and moves it to the
+   device (the candidate builds ``ModelNew`` after the same seed, so equal parameters get equal values);
+3. draws ``n_sets`` correctness sets and ``n_rechecks`` recheck sets from the secret seed
+   (:mod:`._inputs`), keeping a variant only where the reference stays finite on it;
+4. computes golden outputs (and, in calibrate mode, the outputs on subsampled inputs);
+5. times the reference with the candidate's protocol (:mod:`.timing`) when asked;
+6. writes ``inputs.safetensors``, ``golden.safetensors`` (``sub.safetensors``) and ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from . import _inputs, _worker, timing
+
+
+def load_task_namespace(source: str) -> dict[str, Any]:
+    ns: dict[str, Any] = {"__name__": "kevin_reference"}
+    exec(compile(source, "<reference>", "exec"), ns)  # the task source is trusted
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if name not in ns:
+            raise ValueError(f"task source defines no `{name}`")
+    return ns
+
+
+def as_output_list(out: Any) -> list[torch.Tensor]:
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+        raise TypeError(f"the reference returned {type(out).__name__}, not a tensor or a tuple of tensors")
+    return outs
+
+
+def jsonable(value: Any) -> Any:
+    json.dumps(value)
+    return value
+
+
+def run_reference(model: Any, inputs: list[Any], device: torch.device) -> list[torch.Tensor]:
+    args = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad():
+        outs = as_output_list(model(*args))
+    return [o.detach().to("cpu").contiguous() for o in outs]
+
+
+def draw_sets(ns: dict[str, Any], model: Any, job: dict[str, Any], key: str, device: torch.device):
+    """(names, inputs, outputs) of the correctness sets; variants fall back to the task's own draw."""
+    secret = int(job["seed"])
+    names, sets, outs = [], [], []
+    for k in range(int(job["n_sets"])):
+        seed = _inputs.derive_seed(secret, key, "set", k)
+        torch.manual_seed(seed)
+        base = list(ns["get_inputs"]())
+        variant = _inputs.VARIANTS[k % len(_inputs.VARIANTS)]
+        x = _inputs.apply_variant(base, variant, torch.Generator().manual_seed(seed ^ 0x5EED))
+        y = None
+        if variant != "task":
+            try:
+                y = run_reference(model, x, device)
+            except Exception:  # noqa: BLE001 - a variant the reference cannot take falls back
+                y = None
+            if y is not None and not _inputs.all_finite(y):
+                y = None
+        if y is None:
+            variant, x = "task", base
+            y = run_reference(model, x, device)
+        names.append(variant)
+        sets.append(x)
+        outs.append(y)
+    return names, sets, outs
+
+
+def input_entries(inputs: list[Any], prefix: str, tensors: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Put the tensors of one argument list in ``tensors`` as ``{prefix}.in{j}``; describe every argument."""
+    spec = []
+    for j, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            tensors[f"{prefix}.in{j}"] = x.detach().to("cpu").contiguous().clone()
+            spec.append({"kind": "tensor"})
+        else:
+            spec.append({"kind": "value", "value": jsonable(x)})
+    return spec
+
+
+def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    key, out_dir = spec["key"], spec["out_dir"]
+    ns = load_task_namespace(spec["source"])
+    init_inputs = list(ns["get_init_inputs"]())
+    init_seed = _inputs.derive_seed(int(job["seed"]), key, "init")
+    torch.manual_seed(init_seed)
+    model = ns["Model"](*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device).eval()
+    names, sets, outs = draw_sets(ns, model, job, key, device)
+
+    in_tensors: dict[str, torch.Tensor] = {}
+    gold: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {"key": key, "init_seed": init_seed, "set_names": names, "sets": [], "rechecks": []}
+    init_spec = []
+    for j, v in enumerate(init_inputs):
+        if isinstance(v, torch.Tensor):
+            in_tensors[f"init.in{j}"] = v.detach().to("cpu").contiguous().clone()
+            init_spec.append({"kind": "tensor"})
+        else:
+            init_spec.append({"kind": "value", "value": jsonable(v)})
+    meta["init_inputs"] = init_spec
+    for k, (x, y) in enumerate(zip(sets, outs)):
+        meta["sets"].append({"inputs": input_entries(x, f"set{k}", in_tensors), "n_outputs": len(y)})
+        for i, o in enumerate(y):
+            gold[f"set{k}.out{i}"] = o
+    for r in range(int(job["n_rechecks"])):
+        torch.manual_seed(_inputs.derive_seed(int(job["seed"]), key, "recheck", r))
+        x = list(ns["get_inputs"]())
+        y = run_reference(model, x, device)
+        meta["rechecks"].append({"inputs": input_entries(x, f"re{r}", in_tensors), "n_outputs": len(y)})
+        for i, o in enumerate(y):
+            gold[f"re{r}.out{i}"] = o
+    if job["mode"] == "calibrate":
+        sub = {}
+        for k, x in enumerate(sets):
+            for i, o in enumerate(run_reference(model, _inputs.subsample(x), device)):
+                sub[f"set{k}.out{i}"] = o
+        save_file(sub, os.path.join(out_dir, "sub.safetensors"))
+
+    if spec.get("baseline"):
+        pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
+        with torch.no_grad():
+            run = timing.time_calls(
+                lambda args: model(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
+                n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
+                rng=random.Random(int(job["seed"])),
+            )
+        meta["baseline"] = run.summary()
+    save_file(in_tensors, os.path.join(out_dir, "inputs.safetensors"))
+    save_file(gold, os.path.join(out_dir, "golden.safetensors"))
+    meta["device_name"] = device_name(device)
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    return meta
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def main(job: dict[str, Any], channel: _worker.Channel) -> None:
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    for spec in job["tasks"]:
+        try:
+            golden_for_task(spec, job, device)
+            channel.send("task_done", key=spec["key"])
+        except Exception as exc:  # noqa: BLE001 - a broken task is reported, the others still run
+            channel.send("task_error", key=spec["key"], message=_worker.error_text(exc, 2000))
+    channel.send("done")
+
+
+if __name__ == "__main__":
+    _worker.run_main(main)
+    sys.exit(0)

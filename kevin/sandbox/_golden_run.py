@@ -1,0 +1,142 @@
+"""Parent side of the golden process: start it for a batch of tasks, load what it wrote.
+
+Golden outputs are read into the parent's memory and their file is deleted at once, so no golden output
+sits on disk while candidates run. The inputs file stays: candidates receive a copy of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import _process
+from .config import SandboxConfig
+
+
+@dataclass(frozen=True)
+class Golden:
+    """What the golden process produced for one task (``error`` set when the reference failed)."""
+
+    key: str
+    inputs_path: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    sub_outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    error: str | None = None
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.meta.get("sets", []))
+
+    @property
+    def n_rechecks(self) -> int:
+        return len(self.meta.get("rechecks", []))
+
+    def set_outputs(self, prefix: str, n: int) -> list[Any]:
+        return [self.outputs[f"{prefix}.out{i}"] for i in range(n)]
+
+
+def worker_env(scratch: str, gpu: str | None) -> dict[str, str]:
+    return _process.scrubbed_env(scratch, {"CUDA_VISIBLE_DEVICES": gpu if gpu is not None else ""})
+
+
+def run_golden(
+    tasks: Sequence[tuple[str, str]],
+    *,
+    root: str,
+    gpu: str | None,
+    config: SandboxConfig,
+    seed: int,
+    mode: str = "golden",
+    baseline_keys: frozenset[str] = frozenset(),
+    n_rechecks: int | None = None,
+) -> dict[str, Golden]:
+    """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
+
+    ``gpu`` is the physical GPU id (None = CPU). ``baseline_keys``: tasks whose reference is also timed.
+    """
+    scratch = tempfile.mkdtemp(prefix="golden-", dir=root)
+    specs = []
+    for key, source in tasks:
+        out_dir = os.path.join(scratch, key)
+        os.makedirs(out_dir, exist_ok=True)
+        specs.append({"key": key, "source": source, "out_dir": out_dir, "baseline": key in baseline_keys})
+    job = {
+        "mode": mode,
+        "device": "cuda:0" if gpu is not None else "cpu",
+        "seed": seed,
+        "n_sets": config.n_input_sets,
+        "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
+        "tasks": specs,
+        "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s},
+    }
+    worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu))
+    deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))
+    status: dict[str, str | None] = {}
+    while True:
+        msg = worker.next(deadline)
+        if msg is None:
+            break
+        if msg.event == "task_done":
+            status[msg.data["key"]] = None
+        elif msg.event == "task_error":
+            status[msg.data["key"]] = str(msg.data.get("message", "unknown error"))
+        elif msg.event == "error":
+            break
+        elif msg.event == "done":
+            break
+    timed_out = worker.timed_out(deadline)
+    rc = worker.finish(time.monotonic() + 30)
+    tail = worker.log_tail()
+    results: dict[str, Golden] = {}
+    for spec in specs:
+        key = spec["key"]
+        if key not in status:
+            why = "timed out" if timed_out else f"the golden process ended ({_process.describe_exit(rc)})"
+            results[key] = Golden(key, error=f"reference not computed: {why}\n{tail}")
+        elif status[key] is not None:
+            results[key] = Golden(key, error=f"the reference failed: {status[key]}")
+        else:
+            results[key] = load_golden(key, spec["out_dir"], keep_sub=(mode == "calibrate"))
+    return results
+
+
+def load_golden(key: str, out_dir: str, *, keep_sub: bool) -> Golden:
+    import json
+
+    from safetensors.torch import load_file
+
+    with open(os.path.join(out_dir, "meta.json")) as f:
+        meta = json.load(f)
+    gold_path = os.path.join(out_dir, "golden.safetensors")
+    outputs = load_file(gold_path)
+    os.remove(gold_path)
+    sub = {}
+    sub_path = os.path.join(out_dir, "sub.safetensors")
+    if keep_sub and os.path.exists(sub_path):
+        sub = load_file(sub_path)
+    return Golden(key, inputs_path=os.path.join(out_dir, "inputs.safetensors"), meta=meta, outputs=outputs, sub_outputs=sub)
+
+
+def load_inputs(golden: Golden) -> dict[str, Any]:
+    """The input tensors of a golden record (``set{k}.in{j}``, ``re{r}.in{j}``, ``init.in{j}``)."""
+    from safetensors.torch import load_file
+
+    return load_file(golden.inputs_path)
+
+
+def argument_list(golden: Golden, tensors: dict[str, Any], prefix: str) -> list[Any]:
+    """Rebuild one argument list (tensors and plain values) of set ``prefix`` ("set0", "re1")."""
+    if prefix.startswith("set"):
+        entries = golden.meta["sets"][int(prefix[3:])]["inputs"]
+    else:
+        entries = golden.meta["rechecks"][int(prefix[2:])]["inputs"]
+    return [tensors[f"{prefix}.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(entries)]
+
+
+def cleanup(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,177 @@
+"""Parent side of a worker process: scrubbed environment, own process group, private pipes, hard kill.
+
+Standard library only. The parent never parses the worker's stdout or stderr (they go to log files in the
+worker's scratch directory and only their tails are shown as feedback); everything it decides on arrives as
+JSON lines on an inherited pipe, timestamped on arrival with the parent's own monotonic clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import kevin
+
+# Variables a compiler or CUDA needs; everything else in the parent's environment (tokens, seeds, paths
+# of the harness) is dropped.
+ENV_ALLOW = (
+    "PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
+    "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_DRIVER_CAPABILITIES",
+)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kevin.__file__)))
+MAX_LINE = 1 << 22
+
+
+def scrubbed_env(scratch: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed variables, plus HOME/TMPDIR pointing at ``scratch`` and a path to this package."""
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.update(
+        HOME=scratch, TMPDIR=scratch, PYTHONPATH=PACKAGE_ROOT, PYTHONNOUSERSITE="1",
+        PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class Message:
+    """One report line: when it arrived (parent monotonic seconds) and what it said."""
+
+    t: float
+    data: dict[str, Any]
+
+    @property
+    def event(self) -> str:
+        return str(self.data.get("event", ""))
+
+
+class Worker:
+    """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``."""
+
+    def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None):
+        self.scratch = scratch
+        job_path = os.path.join(scratch, "job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        rep_r, rep_w = os.pipe()
+        cmd_r, cmd_w = os.pipe()
+        self._out = open(os.path.join(scratch, "stdout.log"), "wb")
+        self._err = open(os.path.join(scratch, "stderr.log"), "wb")
+        self.t_start = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r)],
+            cwd=scratch, env=dict(env if env is not None else scrubbed_env(scratch)),
+            stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+            pass_fds=(rep_w, cmd_r), close_fds=True, start_new_session=True,
+        )
+        os.close(rep_w)
+        os.close(cmd_r)
+        self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
+        self._queue: queue.Queue[Message | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(rep_r,), daemon=True)
+        self._reader.start()
+        self.messages: list[Message] = []
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            while True:
+                line = f.readline(MAX_LINE)
+                if not line:
+                    break
+                t = time.monotonic()
+                try:
+                    data = json.loads(line)
+                    if not isinstance(data, dict):
+                        raise ValueError
+                except ValueError:
+                    data = {"event": "garbage", "text": line[:200].decode(errors="replace")}
+                self._queue.put(Message(t, data))
+        self._queue.put(None)
+
+    def next(self, deadline: float) -> Message | None:
+        """The next report line, or None at end of stream or when ``deadline`` (monotonic) passes."""
+        try:
+            msg = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        if msg is not None:
+            self.messages.append(msg)
+        return msg
+
+    def wait_for(self, events: tuple[str, ...], deadline: float) -> Message | None:
+        """Skip progress lines until one of ``events`` (or ``error``/``garbage``) arrives."""
+        while True:
+            msg = self.next(deadline)
+            if msg is None or msg.event in events or msg.event in ("error", "garbage"):
+                return msg
+
+    def send(self, command: str) -> None:
+        try:
+            self._cmd.write((command + "\n").encode())
+        except OSError:
+            pass
+
+    def timed_out(self, deadline: float) -> bool:
+        return time.monotonic() >= deadline and self.proc.poll() is None
+
+    def finish(self, deadline: float) -> int | None:
+        """Wait for exit until ``deadline``; then kill the whole process group. Returns the exit code."""
+        try:
+            rc = self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.kill()
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group (it and everything it started), then reap it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self._cmd, self._out, self._err):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def log_tail(self, n: int = 2000) -> str:
+        """Last ``n`` characters of the worker's stderr then stdout (for feedback only, never parsed)."""
+        parts = []
+        for name in ("stderr.log", "stdout.log"):
+            path = os.path.join(self.scratch, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    size = f.tell()
+                    f.seek(max(0, size - n))
+                    text = f.read().decode(errors="replace").strip()
+            except OSError:
+                text = ""
+            if text:
+                parts.append(text)
+        return "\n".join(parts)[-n:]
+
+
+def describe_exit(rc: int | None) -> str:
+    """'killed by SIGSEGV', 'exit code 3', ... for a return code (None = still running when killed)."""
+    if rc is None:
+        return "did not exit in time"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"

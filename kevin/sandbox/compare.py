@@ -1,0 +1,119 @@
+"""Pure comparisons of candidate outputs with golden outputs, done in the trusted parent.
+
+The parent compares plain CPU tensors it loaded itself from safetensors files (raw bytes plus a header):
+never live objects the candidate could have subclassed. ``torch`` is imported inside the functions, so
+``import kevin.sandbox`` stays standard-library only.
+
+Error measure, for floating outputs, with ``s = rms(ref)`` over the finite reference elements:
+
+    pass  iff  NaN where ref is NaN, the same inf where ref is inf, and for every finite element
+               |out - ref| <= atol * s + rtol * |ref|
+    max_abs_error = max |out - ref|
+    max_rel_error = max |out - ref| / max(|ref|, s)
+
+Example: ref = [3, 4] (s = sqrt((9 + 16) / 2) = 3.536), out = [3, 4.01], atol = rtol = 1e-3:
+tol = [0.003536 + 0.003, 0.003536 + 0.004] = [0.006536, 0.007536]; |d| = [0, 0.01] > 0.007536 -> fail,
+max_abs_error = 0.01, max_rel_error = 0.01 / 4 = 0.0025.
+Integer and bool outputs must match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict of one comparison: ``ok``; why not (``reason``); the errors (None = not computed)."""
+
+    ok: bool
+    reason: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+
+def _shape(t: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in t.shape)
+
+
+def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = "output") -> Comparison:
+    """Compare one tensor with its golden value (both plain CPU tensors)."""
+    import torch
+
+    if type(out) is not torch.Tensor:
+        return Comparison(False, f"{name} is a {type(out).__name__}, not exactly a torch.Tensor")
+    if out.dtype != ref.dtype:
+        return Comparison(False, f"{name} has dtype {out.dtype}, expected {ref.dtype}")
+    if _shape(out) != _shape(ref):
+        return Comparison(False, f"{name} has shape {_shape(out)}, expected {_shape(ref)}")
+    if out.numel() == 0:
+        return Comparison(True, "", 0.0, 0.0)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        d = (out.to(torch.float64) - ref.to(torch.float64)).abs()
+        worst = float(d.max())
+        if worst != 0:
+            n_bad = int((d != 0).sum())
+            return Comparison(False, f"{name} differs from the reference in {n_bad} of {ref.numel()} elements (exact match required)", worst, None)
+        return Comparison(True, "", 0.0, 0.0)
+    o = out.to(torch.float64)
+    r = ref.to(torch.float64)
+    ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
+    ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
+    bad_pattern = (ref_nan != out_nan) | (ref_inf != out_inf) | (ref_inf & (o != r))
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    fr = r[finite]
+    scale = float(fr.pow(2).mean().sqrt()) if fr.numel() else 0.0
+    d = (o[finite] - fr).abs()
+    max_abs = float(d.max()) if d.numel() else 0.0
+    denom = torch.clamp(fr.abs(), min=scale) if scale > 0 else fr.abs()
+    rel = torch.where(d == 0, torch.zeros_like(d), d / denom)
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    n_pattern = int(bad_pattern.sum())
+    if n_pattern:
+        return Comparison(
+            False,
+            f"{name} has NaN/inf in {n_pattern} of {ref.numel()} elements where the reference does not "
+            "(or misses the reference's NaN/inf)",
+            max_abs, max_rel,
+        )
+    tol = atol * scale + rtol * fr.abs()
+    n_bad = int((d > tol).sum())
+    if n_bad:
+        return Comparison(
+            False,
+            f"{name} differs from the reference in {n_bad} of {ref.numel()} elements: max abs error "
+            f"{max_abs:.4g}, max rel error {max_rel:.4g} (tolerance {atol:g} x rms(ref) + {rtol:g} x |ref|, "
+            f"rms(ref) = {scale:.4g})",
+            max_abs, max_rel,
+        )
+    return Comparison(True, "", max_abs, max_rel)
+
+
+def compare_outputs(outs: Sequence[Any], refs: Sequence[Any], *, atol: float, rtol: float, label: str = "") -> Comparison:
+    """Compare an output list with the golden list: same count, then every tensor; the first failure wins."""
+    prefix = f"{label}: " if label else ""
+    if len(outs) != len(refs):
+        return Comparison(False, f"{prefix}returned {len(outs)} outputs, expected {len(refs)}")
+    worst_abs, worst_rel = 0.0, 0.0
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        name = f"{prefix}output {i}" if len(refs) > 1 else f"{prefix}output"
+        c = compare_tensor(o, r, atol=atol, rtol=rtol, name=name)
+        if not c.ok:
+            return c
+        worst_abs = max(worst_abs, c.max_abs_error or 0.0)
+        worst_rel = max(worst_rel, c.max_rel_error or 0.0)
+    return Comparison(True, "", worst_abs, worst_rel)
+
+
+def combine(comparisons: Sequence[Comparison]) -> Comparison:
+    """All sets must pass; the errors are the worst over the sets; the first failure's reason wins."""
+    abs_errs = [c.max_abs_error for c in comparisons if c.max_abs_error is not None]
+    rel_errs = [c.max_rel_error for c in comparisons if c.max_rel_error is not None]
+    failed = [c for c in comparisons if not c.ok]
+    return Comparison(
+        not failed and bool(comparisons),
+        failed[0].reason if failed else ("" if comparisons else "nothing was compared"),
+        max(abs_errs) if abs_errs else None,
+        max(rel_errs) if rel_errs else None,
+    )

@@ -1,0 +1,80 @@
+"""`SandboxConfig`: every knob of the evaluator in one frozen record. Standard library only."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+def default_cache_dir() -> str:
+    """``$KEVIN_CACHE_DIR`` if set, else ``~/.cache/kevin``."""
+    return os.environ.get("KEVIN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kevin")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """How a candidate is checked and timed.
+
+    Correctness: ``n_input_sets`` sets are drawn from a secret seed (the task's own distribution, then a
+    signed, a scaled and a heavy-tailed variant, where the reference stays finite on them). An output
+    element passes when ``|out - ref| <= atol * rms(ref) + rtol * |ref|``: both tolerances are relative
+    to the magnitude of the reference, so a tiny reference cannot be matched by zeros (hack B1).
+
+    >>> SandboxConfig(n_input_sets=3).n_input_sets
+    3
+    """
+
+    n_input_sets: int = 4
+    """correctness input sets per candidate (3-5 is the useful range)"""
+    atol: float = 1e-3
+    """absolute tolerance, in units of the reference's RMS value"""
+    rtol: float = 1e-3
+    """relative tolerance, per element"""
+    n_warmup: int = 5
+    """untimed calls before timing"""
+    n_trials: int = 50
+    """timed calls (the median is reported); fewer if ``timing_budget_s`` runs out after 10"""
+    timing_budget_s: float = 10.0
+    """wall-clock budget of the timed calls of one candidate"""
+    n_rechecks: int = 3
+    """timed calls, at secret positions, whose outputs are compared with golden outputs (hack C5/D4/D5)"""
+    compile_timeout_s: float = 600.0
+    """seconds for importing the candidate module (the load_inline build) in the compile process"""
+    run_timeout_s: float = 180.0
+    """seconds for the whole candidate run process: load, correctness and timing"""
+    golden_timeout_s: float = 600.0
+    """seconds for the golden process (reference outputs and baseline timing)"""
+    memory_limit_bytes: int | None = 8 * 2**30
+    """RLIMIT_AS of candidate processes on the CPU backend (None = no limit; not applied with CUDA)"""
+    measure_speed: bool = True
+    """time correct candidates and their baseline; False = correctness only (runtime_ms stays None)"""
+    allow_libraries: bool = False
+    """let C++/CUDA sources call cuBLAS / cuDNN (passed to the static checks)"""
+    static_checks: bool = True
+    """run `check_format` first; False only to test the dynamic gate on its own"""
+    workers: int = max(1, (os.cpu_count() or 1))
+    """compile processes running at once in `Sandbox.evaluate_many`"""
+    cache_dir: str | None = None
+    """compiled extensions and baseline timings; None = `default_cache_dir()`"""
+    seed: int | None = None
+    """input seed; None = a secret per-run seed from `secrets` (the right choice for training)"""
+    max_wall_ratio: float = 3.0
+    """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
+
+    def __post_init__(self) -> None:
+        if self.n_input_sets < 1:
+            raise ValueError("n_input_sets must be >= 1")
+        if self.n_trials < 1 or self.n_warmup < 0:
+            raise ValueError("n_trials must be >= 1 and n_warmup >= 0")
+        if self.atol < 0 or self.rtol < 0:
+            raise ValueError("tolerances must be >= 0")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+
+    def resolved_cache_dir(self) -> str:
+        return self.cache_dir or default_cache_dir()
+
+    def timing_settings(self) -> dict[str, Any]:
+        """The fields that change a timing, so they key the baseline cache."""
+        return {k: v for k, v in asdict(self).items() if k in ("n_warmup", "n_trials", "timing_budget_s")}
