@@ -157,7 +157,8 @@ _BANNED_CALLS = {
 _BANNED_ATTRS = {
     "__code__", "__globals__", "__builtins__", "__subclasses__", "__closure__", "f_locals", "f_back",
     "f_globals", "gi_frame", "tb_frame", "__torch_function__", "__torch_dispatch__", "_make_subclass",
-    "as_subclass", "__dict__", "__bases__", "__mro__",
+    "as_subclass", "__dict__", "__bases__", "__mro__", "__class__", "__setattr__", "__getattribute__",
+    "__delattr__",
 }
 _TENSOR_CLASSES = {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter",
                    "torch._C.TensorBase", "torch._C._TensorBase", "torch.nn.Buffer"}
@@ -314,6 +315,9 @@ class _Module:
                 parents[id(child)] = node
         classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for n in tree.body:  # mix = lambda x, y: x @ y
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
+                functions.update({t.id: n.value for t in n.targets if isinstance(t, ast.Name)})
         strings: dict = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -491,8 +495,9 @@ def _check_banned_python(mod: _Module) -> list[str]:
             out.append(f"accesses .{node.attr} (line {line}): introspection and tensor hooks are not allowed")
         elif isinstance(node, ast.Call):
             out += _banned_call(mod, node)
-        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(mod.parents.get(id(node)), ast.Attribute):
-            out += _banned_torch_ref(mod, node)
+        if (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                and not isinstance(mod.parents.get(id(node)), ast.Attribute)):
+            out += _banned_torch_ref(mod, node)  # assignment targets are reported by _check_module_assignment
     return out
 
 
@@ -502,6 +507,9 @@ def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
     if isinstance(node.func, ast.Name) and node.func.id in _BANNED_CALLS and node.func.id not in mod.aliases:
         out.append(f"calls {node.func.id}() (line {line}): {_BANNED_CALLS[node.func.id]} is not allowed; "
                    "write plain code")
+    if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 3:
+        out.append(f"type(name, bases, dict) (line {line}): building classes at run time is not allowed; "
+                   "write a class statement")
     if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "delattr") and node.args:
         target = mod.qualname(node.args[0])
         if target is not None:
@@ -529,6 +537,13 @@ def _banned_torch_ref(mod: _Module, node: ast.AST) -> list[str]:
     if rest is None:
         return []
     head = rest.split(".")[0]
+    parent = mod.parents.get(id(node))
+    called = isinstance(parent, ast.Call) and parent.func is node
+    last = rest.split(".")[-1]
+    if not called and (rest.startswith("nn.functional.") or (last in _COMPUTE_METHODS and "." not in rest)
+                       or rest.startswith(("ops.", "Tensor."))):
+        return [f"uses torch.{rest} as a value (line {line}): PyTorch compute is not allowed, however it is "
+                "called; write it in your kernel"]
     if _matches(rest, _PRECISION_TORCH):
         return [f"uses torch.{rest} (line {line}): precision downgrade; keep float32"]
     if _matches(rest, _STREAM_TORCH):
@@ -562,7 +577,11 @@ def _check_module_assignment(mod: _Module) -> list[str]:
                 q = mod.qualname(leaf) if isinstance(leaf, ast.Attribute) else None
                 if q is None and base is not None:
                     q = mod.qualname(base)
-                if q is not None:
+                if (isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name)
+                        and leaf.value.id in mod.classes):
+                    out.append(f"assigns to {_short(leaf)} (line {node.lineno}): classes must not be patched "
+                               "after their definition; define methods in the class body")
+                elif q is not None:
                     out.append(f"assigns to {_short(leaf)} (line {node.lineno}): patching modules "
                                "(torch, timers, comparisons, flags) is not allowed; leave them untouched")
     return out
@@ -630,7 +649,16 @@ def _forward_functions(mod: _Module) -> list:
         return []
     module_classes = {name for name, c in mod.classes.items() if c is not cls}
     instance_attrs = _local_module_attrs(mod)
+    self_lambdas = {_self_attr(t): n.value for n in ast.walk(mod.tree) if isinstance(n, ast.Assign)
+                    and isinstance(n.value, ast.Lambda) for t in n.targets if _self_attr(t)}
     queue = [(own["forward"], cls, None)]
+    # Local nn.Module classes instantiated anywhere (self.blocks = nn.ModuleList([Block() ...])) run
+    # their forward when called, however the call is spelled.
+    instantiated = {n.func.id for n in ast.walk(mod.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    for name in sorted(module_classes & instantiated):
+        c = mod.classes[name]
+        if _derives_from_module(mod, c, set()) and "forward" in mod.methods(c):
+            queue.append((mod.methods(c)["forward"], c, None))
     seen: dict = {}
     result = []
     while queue:
@@ -638,15 +666,17 @@ def _forward_functions(mod: _Module) -> list:
         if id(fn) in seen:
             continue
         seen[id(fn)] = True
+        name = getattr(fn, "name", "<lambda>")
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         if fn.args.vararg:
             params.append(fn.args.vararg.arg)
         skip_first = owner is not None and not _is_staticmethod(fn)
         if params and skip_first:
             params = params[1:]
-        if fn.name == "forward" and params and params[0] == "ctx":
+        if name == "forward" and params and params[0] == "ctx":
             params = params[1:]
-        tensors = set(params) if (fn.name == "forward" or tensor_args is None) else set(tensor_args)
+        tensors = set(params) if (name == "forward" or tensor_args is None) else set(tensor_args)
+        tensors -= _scalar_params(fn)
         result.append((fn, owner, tensors))
         env = _TensorEnv(mod, tensors, _tensor_self_attrs(mod))
         for node in ast.walk(fn):
@@ -665,6 +695,8 @@ def _forward_functions(mod: _Module) -> list:
                     m = mod.methods(owner).get(f.attr)
                     if m is not None:
                         targets.append((m, owner))
+                    elif f.attr in self_lambdas:
+                        targets.append((self_lambdas[f.attr], None))
                     elif f.attr in instance_attrs:
                         c = instance_attrs[f.attr]
                         targets += [(m2, c) for n, m2 in mod.methods(c).items() if n in ("forward", "__call__")]
@@ -687,8 +719,24 @@ def _forward_functions(mod: _Module) -> list:
     return result
 
 
+def _scalar_params(fn: ast.AST) -> set:
+    """Parameters that are plainly not tensors: annotated int/float/bool/str, or a scalar default."""
+    args = fn.args.posonlyargs + fn.args.args
+    defaults = [None] * (len(args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    pairs = list(zip(args, defaults)) + list(zip(fn.args.kwonlyargs, fn.args.kw_defaults))
+    found = set()
+    for arg, default in pairs:
+        ann = arg.annotation
+        if isinstance(ann, ast.Name) and ann.id in ("int", "float", "bool", "str"):
+            found.add(arg.arg)
+        elif isinstance(default, ast.Constant) and isinstance(default.value, (int, float, bool, str)):
+            found.add(arg.arg)
+    return found
+
+
 def _is_staticmethod(fn: ast.AST) -> bool:
-    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(fn, "decorator_list", []))
+    return isinstance(fn, ast.Lambda) or any(
+        isinstance(d, ast.Name) and d.id == "staticmethod" for d in getattr(fn, "decorator_list", []))
 
 
 def _local_module_attrs(mod: _Module) -> dict:
@@ -793,7 +841,7 @@ def _check_forward_path(mod: _Module) -> list[str]:
     for fn, _owner, tensors in path:
         env = _TensorEnv(mod, tensors, self_attrs)
         env.learn(fn)
-        where = "forward" if fn is path[0][0] else f"forward path ({fn.name})"
+        where = "forward" if fn is path[0][0] else f"forward path ({getattr(fn, 'name', 'lambda')})"
         for node in ast.walk(fn):
             line = _line(node)
             if isinstance(node, ast.Call):
@@ -819,6 +867,12 @@ def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> 
     q = mod.qualname(node.func)
     if env.is_extension_call(node):
         return []
+    if q is not None and (_banned_torch_ref(mod, node.func) or q.split(".")[0] in _BANNED_MODULES):
+        return []  # already reported by _check_banned_python
+    if (isinstance(node.func, ast.Name) and node.func.id in ("sum", "max", "min", "abs", "pow", "round", "divmod")
+            and node.func.id not in mod.aliases and any(env.is_tensor(a) for a in node.args)):
+        return [f"{where} calls {node.func.id}() on tensors (line {line}): that is PyTorch compute; do it in "
+                "your kernel"]
     if q is not None:
         rest = _torch_rest(q)
         root = q.split(".")[0]
@@ -1087,7 +1141,7 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
     code = _blank_strings(text)
 
     def hit(m: re.Match, what: str, why: str) -> None:
-        token = re.sub(r"\s+", "", m.group(0))
+        token = re.sub(r"\s+", " ", m.group(0)).strip()
         out.append(f"{src.kind} {what} `{token}` (source line {_lineno(code, m.start())}): {why}")
 
     for m in _CPP_ATEN.finditer(code):

@@ -472,3 +472,74 @@ def test_rejects_gc_object_scan():
             pass
         return self.ext.add_forward(a, b)'''))
     assert has(v, "imports gc")
+
+
+# --- aliasing and indirection -----------------------------------------------------------------------
+
+
+def test_rejects_torch_function_stored_on_self_and_called_in_forward():
+    v = check_format(cuda_candidate(init="self.mm = torch.matmul", forward="return self.mm(a, b)"))
+    assert has(v, "torch.matmul")
+
+
+def test_rejects_module_level_lambda_called_from_forward():
+    v = check_format(cuda_candidate(head="mix = lambda x, y: x * y", forward="return mix(a, b)"))
+    assert has(v, "x * y")
+
+
+def test_rejects_builtin_sum_over_tensors():
+    v = check_format(cuda_candidate(forward="return sum([self.ext.add_forward(a, b), a])"))
+    assert has(v, "sum() on tensors")
+
+
+def test_rejects_compute_inside_local_block_held_in_module_list():
+    v = check_format(cuda_candidate(
+        init="self.blocks = nn.ModuleList([Block() for _ in range(2)])",
+        forward='''
+        out = self.ext.add_forward(a, b)
+        for blk in self.blocks:
+            out = blk(out)
+        return out''',
+        tail="\n\nclass Block(nn.Module):\n    def forward(self, x):\n        return x.exp()\n"))
+    assert has(v, "forward path (forward)", ".exp()")
+
+
+def test_accepts_honest_autograd_function_and_local_block():
+    src = cuda_candidate(
+        init="self.block = Block()",
+        forward="return self.block(AddFn.apply(a, b))",
+        tail='''
+
+class AddFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return add_ext.add_forward(x.contiguous(), y.contiguous())
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        n = x.numel()
+        if n == 0:
+            return x
+        return add_ext.add_forward(x, x.view(-1).view(x.shape))
+''')
+    assert check_format(src) == []
+
+
+def test_scalar_forward_argument_arithmetic_is_allowed():
+    src = cuda_candidate(forward="return self.ext.add_forward(a, b)").replace(
+        "def forward(self, a, b):", "def forward(self, a, b, repeats: int = 1):").replace(
+        "return self.ext.add_forward(a, b)\n", "n = repeats * 2\n        return self.ext.add_forward(a, b)\n")
+    assert "repeats * 2" in src
+    assert check_format(src) == []
+
+
+@pytest.mark.parametrize("backend", ["cuda", "cpu"])
+def test_accepts_the_prompt_examples(backend):
+    from kevin.data.prompts import example_for
+
+    assert check_format(example_for(backend), backend=backend) == []
