@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from kevin.core import metrics as _metrics
 from kevin.core.types import Trajectory
 
 FAST_THRESHOLDS = (1.0, 1.5)
@@ -115,8 +116,7 @@ class Summary:
     fast15_best: Estimate
     fast15_avg: Estimate
 
-    FIELDS = ("correct_best", "correct_avg", "speedup_best", "speedup_avg",
-              "fast1_best", "fast1_avg", "fast15_best", "fast15_avg")
+    FIELDS = _metrics.TaskMetrics.VALUE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -179,17 +179,15 @@ class CurvePoint:
 
 
 def group_by_task(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
-    """Trajectories grouped per task (ordered by task_index, then trajectory_index).
+    """Trajectories grouped per task (``kevin.core.metrics.group_by_task``: first-seen task order,
+    by trajectory_index within a task).
 
     Raises ValueError when tasks have different numbers of trajectories or trajectories different
     numbers of turns: every estimator here assumes G trajectories x T turns for every task.
     """
     if not trajectories:
         raise ValueError("no trajectories to report")
-    groups: dict[int, list[Trajectory]] = {}
-    for trajectory in trajectories:
-        groups.setdefault(trajectory.task_index, []).append(trajectory)
-    out = [sorted(groups[i], key=lambda tr: tr.trajectory_index) for i in sorted(groups)]
+    out = list(_metrics.group_by_task(trajectories).values())
     sizes = {len(g) for g in out}
     turns = {len(tr.turns) for tr in trajectories}
     if len(sizes) != 1:
@@ -227,8 +225,8 @@ def summarize(trajectories: Sequence[Trajectory], *, turns: int | None = None, k
               n_resamples: int = 1000, alpha: float = 0.05, seed: int = 0) -> Summary:
     """Table 1's eight columns for the first ``turns`` turns (default all) and best@k (default k = G).
 
-    Per task, values come from ``kevin.core.metrics``; the Summary holds their mean over tasks with a
-    bootstrap CI.
+    Per task, values come from ``kevin.core.metrics.task_metrics``; the Summary holds their mean over
+    tasks with a bootstrap CI.
     """
     groups = group_by_task(trajectories)
     g = len(groups[0])
@@ -330,23 +328,8 @@ def _flat_compute(c: Compute) -> dict:
 
 
 def _metrics_per_task(group: Sequence[Trajectory], *, turns: int | None, k: int) -> dict[str, float]:
-    """Summary.FIELDS -> value for one task's G trajectories cut to ``turns`` turns.
-
-    TEMPORARY local estimator until kevin.core.metrics lands; then this calls it.
-    """
-    values = []
-    for trajectory in group:
-        speedups = [(t.result.speedup or 0.0) for t in trajectory.turns[:turns] if t.result.correct]
-        correct = 1.0 if speedups else 0.0
-        best = max(speedups, default=0.0)
-        values.append((correct, best, float(correct and best >= 1.0), float(correct and best >= 1.5)))
-    out = {}
-    for j, name in enumerate(("correct", "speedup", "fast1", "fast15")):
-        column = sorted(v[j] for v in values)
-        g = len(column)
-        out[f"{name}_best"] = sum(math.comb(i, k - 1) * column[i] for i in range(k - 1, g)) / math.comb(g, k)
-        out[f"{name}_avg"] = sum(column) / g
-    return out
+    """Summary.FIELDS -> value for one task's G trajectories cut to their first ``turns`` turns."""
+    return _metrics.task_metrics(group, k=k, turns=turns).values()
 
 
 # --------------------------------------------------------------------------------------------------
