@@ -103,3 +103,21 @@ def test_unclosed_fence_runs_to_the_end():
 def test_response_without_think_tags_has_no_thought():
     r = parse_response(block(CODE) + "\nOk.")
     assert r.thought is None and r.code == CODE
+
+
+def test_the_prompt_examples_round_trip_through_a_fenced_answer():
+    from kevin.data.prompts import EXAMPLE_CPU, fence
+
+    for example in (EXAMPLE_CUDA, EXAMPLE_CPU):
+        r = parse_response(f"<think>Okay.</think>\n{fence(example)}\nAdds with one loop.")
+        assert r.code == example and r.summary == "Adds with one loop." and r.error is None
+
+
+def test_tilde_fences_are_accepted():
+    r = parse_response(f"~~~python\n{CODE}~~~\nDone.")
+    assert r.code == CODE and r.summary == "Done."
+
+
+def test_bare_program_interrupted_by_prose_is_ambiguous():
+    text = "import torch\n\nNow the class, which does the work:\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    assert parse_response(text).error == NO_CODE_ERROR
