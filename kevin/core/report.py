@@ -445,24 +445,24 @@ def plot_turns(turn_rows: Sequence[TurnRow], path: str | Path, *, title: str = "
 
 def plot_equal_budget(curves: Mapping[str, Sequence[CurvePoint]], path: str | Path, *,
                       title: str = "") -> Path:
-    """Serial against parallel: best@k speedup and correctness of each m x n configuration against
-    kernels per task (left pair) and against generated tokens per task (right pair)."""
+    """Serial against parallel: best@k speedup (top) and correctness (bottom) of each m x n
+    configuration for k = 1..m, against kernels per task (left) and generated tokens per task (right)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-    for label, points in curves.items():
-        for ax, x_name in ((axes[0], "kernels"), (axes[2], "generated_tokens")):
-            ax.plot([getattr(p, x_name) for p in points], [p.speedup_best for p in points], "-o", label=label)
-        for ax, x_name in ((axes[1], "kernels"), (axes[3], "generated_tokens")):
-            ax.plot([getattr(p, x_name) for p in points], [p.correct_best for p in points], "-o", label=label)
-    for ax, xl, yl in ((axes[0], "kernels per task", "speedup best@k (x)"),
-                       (axes[1], "kernels per task", "correct best@k"),
-                       (axes[2], "generated tokens per task", "speedup best@k (x)"),
-                       (axes[3], "generated tokens per task", "correct best@k")):
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
-        ax.set_xscale("log", base=2)
-        ax.grid(alpha=0.3)
-        ax.legend()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for (row, y_name, y_label) in ((0, "speedup_best", "speedup best@k (x)"), (1, "correct_best", "correct best@k")):
+        for (col, x_name, x_label) in ((0, "kernels", "kernels per task"),
+                                       (1, "generated_tokens", "generated tokens per task")):
+            ax = axes[row][col]
+            for label, points in curves.items():
+                xs = [getattr(p, x_name) for p in points]
+                if max(xs, default=0) > 0:  # API backends report no token ids: nothing to plot
+                    ax.plot(xs, [getattr(p, y_name) for p in points], "-o", label=label)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(y_label)
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

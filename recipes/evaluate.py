@@ -1,0 +1,204 @@
+"""Test-time-scaling evaluation: m trajectories x n turns on the evaluation split, the paper's tables.
+
+For each configuration m x n (default: the paper's 16 x 8, 32 x 4 and 128 x 1, all 128 kernels per
+task) the model runs m independent trajectories of n refinement turns on every evaluation task, each
+kernel judged by the sandbox. From the saved rollouts it reports (kevin.core.report):
+
+- **Table 1 at every turn budget** (paper Table 1 and Fig. 5): for t = 1..n of the configuration with
+  the most turns, correctness and speedup best@m and avg@m, fast_1 and fast_1.5. A trajectory is
+  correct if one of its first t kernels is; its speedup is that of its fastest correct kernel, 0 if
+  none. best@k uses the unbiased estimator (Chen et al.), so k < m is also available.
+- **Table 2, equal budget** (paper Table 2 and, in the plots, Fig. 6): best@m of each configuration at
+  its n turns, with the compute each used (prompt and generated tokens, generation and sandbox
+  seconds). Serial turns re-read earlier kernels and feedback, so equal kernels are not equal compute;
+  the plot against generated tokens compares serial and parallel scaling at equal compute.
+- **95% bootstrap intervals over tasks** on every number.
+
+Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` (every trajectory with every EvalResult, so a
+run can be re-scored), ``metrics.jsonl`` (one record per turn budget and per configuration),
+``report.md``, ``turns.png``, ``equal_budget.png`` and ``config.json``.
+
+How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``) unless ``--tasks``
+points to KernelBench; the sandbox's timing protocol is ours (DESIGN.md); the paper evaluated on H200s.
+
+Launch:
+    python recipes/evaluate.py                                      # CPU: tiny model, CPU sandbox, ~1 min
+    python recipes/evaluate.py --from_rollouts runs/evaluate        # re-report saved rollouts, no model
+    python recipes/evaluate.py --model runs/train_multiturn/checkpoint-40 --tasks KernelBench/level1
+    python recipes/evaluate.py --model Qwen/QwQ-32B --engine vllm   # GPU, paper's 16x8, 32x4, 128x1
+    python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
+Any field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kevin.core import report
+from kevin.core.cli import parse_config
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "tiny"
+    """'tiny' (random 2-layer model for CPU runs), a checkpoint directory saved by a training recipe, or a hub id"""
+    engine: str = "transformers"
+    """generation backend for --model: 'transformers' or 'vllm' (needs vllm installed and a GPU)"""
+    api_model: str | None = None
+    """evaluate an API model instead of --model, through an OpenAI-compatible endpoint"""
+    api_base_url: str | None = None
+    """base URL of that endpoint (the API key is read from $OPENAI_API_KEY)"""
+    tasks: str | None = None
+    """task source for load_tasks (KernelBench folder, JSONL, dataset id); default: builtin eval split"""
+    max_tasks: int | None = None
+    """evaluate only the first N tasks (default: all; 2 for --model tiny)"""
+    configs: str | None = None
+    """m x n configurations, comma separated (default: '16x8,32x4,128x1'; '4x2,8x1' for --model tiny)"""
+    temperature: float = 0.9
+    """sampling temperature (paper: 0.9 at training and test time)"""
+    max_new_tokens: int | None = None
+    """token limit of one response (default: 16384 as the paper; 64 for --model tiny)"""
+    max_prompt_tokens: int = 8192
+    """prompt budget; the earliest turns are dropped first when a refinement prompt exceeds it"""
+    device: str | None = None
+    """sandbox device: 'cuda' or 'cpu' (default: cuda when available), also the task sizes used"""
+    output_dir: str = "runs/evaluate"
+    """where rollouts, metrics.jsonl, report.md and the plots go"""
+    from_rollouts: str | None = None
+    """re-report the rollouts saved in this directory (an earlier output_dir); runs no model"""
+    n_bootstrap: int = 1000
+    """bootstrap resamples over tasks for every confidence interval"""
+    alpha: float = 0.05
+    """1 - confidence level of the intervals"""
+    seed: int = 0
+    """seed of sampling and of the bootstrap"""
+
+
+def parse_configs(text: str) -> list[tuple[int, int]]:
+    """'16x8,32x4' -> [(16, 8), (32, 4)]"""
+    pairs = [tuple(int(v) for v in part.lower().split("x")) for part in text.split(",") if part.strip()]
+    if not pairs or any(len(p) != 2 or min(p) < 1 for p in pairs):
+        raise SystemExit(f"--configs: expected e.g. '16x8,32x4,128x1', got {text!r}")
+    return pairs
+
+
+def build_policy(cfg: Config):
+    """The policy backend that --model / --api_model name."""
+    sampling = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    if cfg.api_model:
+        from kevin.core.policy import OpenAIPolicy
+
+        return OpenAIPolicy(cfg.api_model, base_url=cfg.api_base_url or "https://api.openai.com/v1",
+                            temperature=cfg.temperature, max_tokens=cfg.max_new_tokens)
+    if cfg.model == "tiny":
+        from kevin.core.tiny import tiny_policy
+
+        return tiny_policy(seed=cfg.seed, **sampling)
+    if cfg.engine == "vllm":
+        from kevin.core.policy import VLLMPolicy
+
+        return VLLMPolicy(cfg.model, **sampling)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kevin.core.policy import TransformersPolicy
+
+    on_gpu = torch.cuda.is_available()
+    load = dict(dtype=torch.bfloat16 if on_gpu else torch.float32, device_map="cuda" if on_gpu else None)
+    if (Path(cfg.model) / "adapter_config.json").exists():  # a LoRA checkpoint: base + adapter
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(cfg.model, **load).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, **load)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    return TransformersPolicy(model.eval(), tokenizer, **sampling)
+
+
+def main(argv: list[str]) -> Path:
+    cfg = parse_config(Config, argv)
+    # --- Derived settings: the tiny CPU default is scaled down so it finishes in a minute or two.
+    tiny = cfg.model == "tiny" and not cfg.api_model
+    requested = cfg.configs
+    pairs = parse_configs(cfg.configs or ("4x2,8x1" if tiny else "16x8,32x4,128x1"))
+    cfg = dataclasses.replace(
+        cfg, configs=",".join(f"{m}x{n}" for m, n in pairs),
+        max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if tiny else None),
+        max_new_tokens=cfg.max_new_tokens or (64 if tiny else 16384))
+    out = Path(cfg.output_dir)
+    rollout_dir = out / "rollouts"
+    out.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(dataclasses.asdict(cfg), indent=1))
+
+    from kevin.core.records import load_rollout, save_rollout
+
+    # --- Rollouts: one per m x n configuration, every one saved before anything is computed from it.
+    rollouts: dict[str, list] = {}
+    settings = dataclasses.asdict(cfg)
+    if cfg.from_rollouts:
+        source = Path(cfg.from_rollouts)
+        saved = source / "config.json"  # the settings of the run that made the rollouts, when known
+        settings = {**(json.loads(saved.read_text()) if saved.exists() else {}), "from_rollouts": str(source)}
+        source = source / "rollouts" if (source / "rollouts").is_dir() else source
+        wanted = {f"{m}x{n}" for m, n in pairs} if requested else None  # default: every saved one
+        found = [p for p in source.glob("*.jsonl") if re.fullmatch(r"\d+x\d+", p.stem)]
+        for path in sorted(found, key=lambda p: (-int(p.stem.split("x")[1]), int(p.stem.split("x")[0]))):
+            if wanted is None or path.stem in wanted:
+                rollouts[path.stem] = load_rollout(path)
+        if not rollouts:
+            raise SystemExit(f"no rollouts named MxN.jsonl in {source}")
+        settings["configs"] = ",".join(rollouts)
+    else:
+        import torch
+
+        from kevin.core.rollout import rollout
+        from kevin.data import builtin_tasks, load_tasks
+        from kevin.sandbox import Sandbox
+
+        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        tasks = load_tasks(cfg.tasks) if cfg.tasks else builtin_tasks(split="eval")
+        tasks = tasks[: cfg.max_tasks] if cfg.max_tasks else tasks
+        policy = build_policy(cfg)
+        sandbox = Sandbox(device)
+        print(f"{len(tasks)} tasks on {device}; configurations {cfg.configs}")
+        for m, n in pairs:
+            torch.manual_seed(cfg.seed)
+            start = time.perf_counter()
+            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n, backend=device,
+                                   max_prompt_tokens=cfg.max_prompt_tokens)
+            save_rollout(trajectories, rollout_dir / f"{m}x{n}.jsonl")
+            rollouts[f"{m}x{n}"] = trajectories
+            print(f"{m}x{n}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")
+        (out / "config.json").write_text(json.dumps(settings, indent=1))
+
+    # --- Tables: Table 1 per turn budget on the most serial configuration, Table 2 over all of them.
+    ci = dict(n_resamples=cfg.n_bootstrap, alpha=cfg.alpha, seed=cfg.seed)
+    serial_label = max(rollouts, key=lambda label: report.shape_of(rollouts[label])[2])
+    turn_rows = report.turn_table(rollouts[serial_label], **ci)
+    budget_rows = report.equal_budget_table(list(rollouts.values()), **ci)
+    curves = {label: report.scaling_curve(trajs) for label, trajs in rollouts.items()}
+    n_tasks = report.shape_of(rollouts[serial_label])[0]
+
+    # --- Write metrics, plots and the report.
+    with open(out / "metrics.jsonl", "w") as fh:
+        for record in report.metrics_records(turn_rows, budget_rows):
+            record = {"rollout": serial_label, **record} if record["table"] == "turns" else record
+            fh.write(json.dumps(record) + "\n")
+    model_name = settings.get("api_model") or settings.get("model") or "saved rollouts"
+    plots = [report.plot_turns(turn_rows, out / "turns.png", title=f"{model_name}, {serial_label}"),
+             report.plot_equal_budget(curves, out / "equal_budget.png", title=model_name)]
+    path = report.write_markdown_report(
+        out / "report.md", turn_rows, budget_rows, title=f"Evaluation of {model_name}", n_tasks=n_tasks,
+        alpha=cfg.alpha, settings=settings, plots=[p.name for p in plots])
+    print(path.read_text())
+    return path
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

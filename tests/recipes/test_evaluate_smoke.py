@@ -1,0 +1,114 @@
+"""recipes/evaluate.py end to end in a subprocess: a tiny live run on the CPU, and a re-report of
+synthetic saved rollouts whose numbers are computed by hand."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kevin.core.records import save_rollout
+from kevin.core.types import Trajectory, Turn
+from kevin.sandbox.result import EvalResult
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "evaluate.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _turn(speedup=None, *, status="incorrect", prompt=100, generated=20):
+    """A correct kernel with ``speedup`` (1 ms baseline), else a kernel with ``status``."""
+    if speedup is not None:
+        result = EvalResult("correct", "Correct.", runtime_ms=1.0 / speedup, baseline_ms=1.0)
+    else:
+        result = EvalResult(status, status)
+    return Turn(prompt_ids=(1,) * prompt, response_ids=(2,) * generated, response_text="", result=result,
+                generation_s=0.5, evaluation_s=0.25)
+
+
+def _traj(task, index, turns):
+    return Trajectory(f"task{task}", task, index, tuple(turns))
+
+
+def test_from_rollouts_rereports_saved_rollouts_with_hand_computed_numbers(tmp_path):
+    # Two tasks, 4 kernels each: 2 x 2 (serial) and 4 x 1 (parallel). Prompts grow in serial turn 2.
+    serial = [_traj(0, 0, [_turn(), _turn(2.0, prompt=300)]), _traj(0, 1, [_turn(1.0), _turn(1.25, prompt=300)]),
+              _traj(1, 0, [_turn(status="compile_error"), _turn(prompt=300)]),
+              _traj(1, 1, [_turn(0.5), _turn(prompt=300)])]
+    parallel = [_traj(0, g, [t]) for g, t in enumerate([_turn(1.5), _turn(), _turn(), _turn()])] + \
+               [_traj(1, g, [t]) for g, t in enumerate([_turn(), _turn(0.8), _turn(), _turn()])]
+    save_rollout(serial, tmp_path / "saved" / "rollouts" / "2x2.jsonl")
+    save_rollout(parallel, tmp_path / "saved" / "rollouts" / "4x1.jsonl")
+    out = tmp_path / "report"
+    run_recipe("--from_rollouts", str(tmp_path / "saved"), "--output_dir", str(out), "--n_bootstrap", "200")
+
+    records = read_jsonl(out / "metrics.jsonl")
+    turns = [r for r in records if r["table"] == "turns"]
+    budget = {r["config"]: r for r in records if r["table"] == "budget"}
+    # Per turn budget from the most serial rollout (2x2), best@2 and avg@2:
+    assert [r["turns"] for r in turns] == [1, 2] and turns[0]["rollout"] == "2x2"
+    # t = 1: task 0 speedups (0, 1.0) -> best 1.0, avg 0.5; task 1 (0, 0.5) -> best 0.5, avg 0.25
+    assert turns[0]["speedup/best@k"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2
+    assert turns[0]["speedup/avg@k"] == pytest.approx(0.375)  # (0.5 + 0.25) / 2
+    assert turns[0]["correct/avg@k"] == pytest.approx(0.5)  # task 0: 1/2, task 1: 1/2
+    # t = 2: task 0 (2.0, 1.25) -> best 2.0, avg 1.625; task 1 (0, 0.5) -> best 0.5, avg 0.25
+    assert turns[1]["speedup/best@k"] == pytest.approx(1.25)  # (2.0 + 0.5) / 2
+    assert turns[1]["speedup/avg@k"] == pytest.approx(0.9375)  # (1.625 + 0.25) / 2
+    assert turns[1]["fast_1.5/best@k"] == pytest.approx(0.5)  # only task 0 reaches 1.5x
+    # Table 2: 2x2 as at t = 2; 4x1: task 0 best 1.5, task 1 best 0.8 -> 1.15; both solved
+    assert list(budget) == ["2x2", "4x1"]
+    assert budget["2x2"]["speedup/best@k"] == pytest.approx(1.25)
+    assert budget["4x1"]["speedup/best@k"] == pytest.approx(1.15)
+    assert budget["4x1"]["correct/best@k"] == pytest.approx(1.0)
+    assert budget["4x1"]["fast_1/best@k"] == pytest.approx(0.5)
+    # Compute: 8 kernels each; serial prompts 4 * 100 + 4 * 300 = 1600, parallel 8 * 100 = 800
+    assert budget["2x2"]["compute/prompt_tokens"] == 1600
+    assert budget["4x1"]["compute/prompt_tokens"] == 800
+    assert budget["2x2"]["compute/generated_tokens"] == budget["4x1"]["compute/generated_tokens"] == 160
+    assert budget["2x2"]["compute/generation_s"] == pytest.approx(4.0)  # 8 * 0.5
+    for r in records:
+        for key in ("speedup/best@k", "correct/avg@k"):
+            assert r[key + "_lo"] <= r[key] + 1e-12 and r[key] <= r[key + "_hi"] + 1e-12
+
+    text = (out / "report.md").read_text()
+    assert "| 2x2 | 4 | 1.25x" in text and "| 4x1 | 4 | 1.15x" in text
+    assert "![turns](turns.png)" in text and "![equal_budget](equal_budget.png)" in text
+    for name in ("turns.png", "equal_budget.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.timeout(240)
+def test_tiny_model_runs_every_configuration_on_the_cpu_and_writes_the_report(tmp_path):
+    out = tmp_path / "eval"
+    run_recipe("--output_dir", str(out), "--configs", "2x2,4x1", "--max_tasks", "1", "--max_new_tokens", "16",
+               "--n_bootstrap", "100")
+    for label, (m, n) in {"2x2": (2, 2), "4x1": (4, 1)}.items():
+        lines = (out / "rollouts" / f"{label}.jsonl").read_text().splitlines()
+        assert len(lines) == m  # one task, m trajectories
+        assert all(len(json.loads(line)["turns"]) == n for line in lines)
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["table"] for r in records] == ["turns", "turns", "budget", "budget"]
+    assert {r["config"] for r in records if r["table"] == "budget"} == {"2x2", "4x1"}
+    for r in records:
+        assert r["compute/kernels"] > 0 and r["compute/generated_tokens"] > 0
+        assert 0.0 <= r["correct/best@k"] <= 1.0 and r["speedup/best@k"] >= 0.0
+    text = (out / "report.md").read_text()
+    assert "## Per turn budget" in text and "## Equal kernel budget" in text
+    assert (out / "turns.png").read_bytes()[:8] == PNG_MAGIC
+    assert (out / "equal_budget.png").read_bytes()[:8] == PNG_MAGIC
+    assert json.loads((out / "config.json").read_text())["configs"] == "2x2,4x1"
