@@ -13,8 +13,8 @@ Python rules (by AST, so words inside strings and comments never count):
 - A3: no ``try``/``except``/``finally``, no ``contextlib.suppress``, no custom ``__exit__``.
 - A4: no reference to the reference class ``Model`` (inherit, instantiate, import), no
   ``super().forward``, no class whose body is only ``pass``/``...``.
-- A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, the containers
-  and ``nn.init``). In the forward path (``ModelNew.forward`` and every function, method or local
+- A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, ``Identity``,
+  the containers and ``nn.init``). In the forward path (``ModelNew.forward`` and every function, method or local
   module class it reaches in this file) no PyTorch compute: no ``torch.*``/``F.*`` call other than
   allocation, shape and device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``); no
   arithmetic or comparison operators with a tensor operand (``x + y``, ``x @ w``); integer arithmetic on
@@ -273,6 +273,7 @@ class _Module:
     """What the rules need to know about one parsed candidate."""
 
     tree: ast.Module
+    nodes: tuple  # every node of the tree, walked once
     aliases: dict  # local name -> dotted qualname of what it was imported/assigned from
     self_aliases: dict  # self attribute -> qualname ("self.mm = torch.matmul")
     parents: dict  # id(node) -> parent node
@@ -282,8 +283,9 @@ class _Module:
 
     @staticmethod
     def build(tree: ast.Module) -> "_Module":
+        nodes = tuple(ast.walk(tree))
         aliases: dict = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -299,7 +301,7 @@ class _Module:
         # Aliases by assignment (mm = torch.matmul; T = torch), to a fixed point.
         self_aliases: dict = {}
         for _ in range(3):
-            for node in ast.walk(tree):
+            for node in nodes:
                 if isinstance(node, ast.Assign):
                     q = _qualname(node.value, aliases)
                     if q is None:
@@ -310,21 +312,21 @@ class _Module:
                         elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             self_aliases[t.attr] = q
         parents = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             for child in ast.iter_child_nodes(node):
                 parents[id(child)] = node
-        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        classes = {n.name: n for n in nodes if isinstance(n, ast.ClassDef)}
         functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for n in tree.body:  # mix = lambda x, y: x @ y
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
                 functions.update({t.id: n.value for t in n.targets if isinstance(t, ast.Name)})
         strings: dict = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 strings[node.targets[0].id] = node.value
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                 strings[node.target.id] = node.value
-        return _Module(tree, aliases, self_aliases, parents, classes, functions, strings)
+        return _Module(tree, nodes, aliases, self_aliases, parents, classes, functions, strings)
 
     def qualname(self, node: ast.AST) -> str | None:
         """Dotted import path of a Name/Attribute chain, resolving aliases; None if not module-rooted."""
@@ -350,7 +352,7 @@ class _Module:
         return found
 
     def load_inline_calls(self) -> list:
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)
+        return [n for n in self.nodes if isinstance(n, ast.Call)
                 and (self.qualname(n.func) or "").endswith("cpp_extension.load_inline")]
 
 
@@ -428,7 +430,7 @@ def _is_empty_body(body: list) -> bool:
 def _check_fallbacks(mod: _Module) -> list[str]:
     out = []
     try_types = (ast.Try,) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         if isinstance(node, try_types):
             out.append(f"try/except at line {node.lineno}: fallbacks are not allowed; "
                        "remove the try block and let errors surface")
@@ -443,7 +445,7 @@ def _check_fallbacks(mod: _Module) -> list[str]:
 
 def _check_reference_model(mod: _Module) -> list[str]:
     out = []
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         hit = ((isinstance(node, ast.Name) and node.id == "Model")
                or (isinstance(node, ast.Attribute) and node.attr == "Model")
                or (isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names)))
@@ -460,7 +462,7 @@ def _check_reference_model(mod: _Module) -> list[str]:
 
 def _check_nn_layers(mod: _Module) -> list[str]:
     out = []
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(mod.parents.get(id(node)), ast.Attribute):
             continue
         rest = _torch_rest(mod.qualname(node))
@@ -476,7 +478,7 @@ def _check_nn_layers(mod: _Module) -> list[str]:
 
 def _check_banned_python(mod: _Module) -> list[str]:
     out = []
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         line = _line(node)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -562,7 +564,7 @@ def _matches(rest: str, table: set) -> bool:
 
 def _check_module_assignment(mod: _Module) -> list[str]:
     out = []
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
@@ -612,7 +614,7 @@ def _extension_facts(mod: _Module) -> tuple[set, set, set]:
             if parts:
                 exposed.update(p for p in parts if p.isidentifier())
     for _ in range(3):
-        for node in ast.walk(mod.tree):
+        for node in mod.nodes:
             if not isinstance(node, ast.Assign):
                 continue
             v = node.value
@@ -649,12 +651,12 @@ def _forward_functions(mod: _Module) -> list:
         return []
     module_classes = {name for name, c in mod.classes.items() if c is not cls}
     instance_attrs = _local_module_attrs(mod)
-    self_lambdas = {_self_attr(t): n.value for n in ast.walk(mod.tree) if isinstance(n, ast.Assign)
+    self_lambdas = {_self_attr(t): n.value for n in mod.nodes if isinstance(n, ast.Assign)
                     and isinstance(n.value, ast.Lambda) for t in n.targets if _self_attr(t)}
     queue = [(own["forward"], cls, None)]
     # Local nn.Module classes instantiated anywhere (self.blocks = nn.ModuleList([Block() ...])) run
     # their forward when called, however the call is spelled.
-    instantiated = {n.func.id for n in ast.walk(mod.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    instantiated = {n.func.id for n in mod.nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     for name in sorted(module_classes & instantiated):
         c = mod.classes[name]
         if _derives_from_module(mod, c, set()) and "forward" in mod.methods(c):
@@ -742,7 +744,7 @@ def _is_staticmethod(fn: ast.AST) -> bool:
 def _local_module_attrs(mod: _Module) -> dict:
     """self attribute -> local class, for ``self.block = MyBlock(...)`` anywhere."""
     found = {}
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
             c = mod.classes.get(node.value.func.id)
             if c is not None and c.name != "ModelNew":
@@ -755,7 +757,7 @@ def _local_module_attrs(mod: _Module) -> dict:
 def _tensor_self_attrs(mod: _Module) -> set:
     """self attributes that hold tensors: parameters, buffers, torch-created tensors."""
     found = set()
-    for node in ast.walk(mod.tree):
+    for node in mod.nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             q = _torch_rest(mod.qualname(node.value.func)) or ""
             if q and not q.startswith(("cuda.", "utils.", "device", "Size")):
@@ -1187,12 +1189,12 @@ def _aten_verdict(root: str, path: list, name: str) -> str:
         return "library" if "Handle" in name else "stream"
     if any(p in ("blas", "cpublas") for p in full):
         return "library"
-    if any(p in ("_ops",) for p in full) or name in ("Dispatcher", "OperatorHandle"):
-        return "dispatcher"
+    if "_ops" in full:
+        return "dispatcher"  # Dispatcher/findSchemaOrThrow themselves are matched by _CPP_DISPATCHER
     if any(p in _CPP_FORBIDDEN_NAMESPACES for p in path):
         return "compute"
     if root == "c10":
-        return "dispatcher" if "impl" in path else "ok"
+        return "dispatcher" if "impl" in path else "ok"  # c10 holds types, guards and streams
     if path:
         return "ok" if path[0] in _CPP_ALLOWED_NAMESPACES or path[0] in _CPP_ALLOWED_ROOT_NAMES else "compute"
     if name in _CPP_ALLOWED_ROOT_NAMES or re.fullmatch(r"k[A-Z]\w*", name):
