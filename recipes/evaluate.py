@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from kevin.core import report
 from kevin.core.cli import parse_config
 
@@ -104,7 +106,6 @@ def build_policy(cfg: Config):
         from kevin.core.policy import VLLMPolicy
 
         return VLLMPolicy(cfg.model, **sampling)
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from kevin.core.policy import TransformersPolicy
@@ -130,7 +131,8 @@ def main(argv: list[str]) -> Path:
     cfg = dataclasses.replace(
         cfg, configs=",".join(f"{m}x{n}" for m, n in pairs),
         max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if tiny else None),
-        max_new_tokens=cfg.max_new_tokens or (64 if tiny else 16384))
+        max_new_tokens=cfg.max_new_tokens or (64 if tiny else 16384),
+        device=cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = Path(cfg.output_dir)
     rollout_dir = out / "rollouts"
     out.mkdir(parents=True, exist_ok=True)
@@ -155,22 +157,19 @@ def main(argv: list[str]) -> Path:
             raise SystemExit(f"no rollouts named MxN.jsonl in {source}")
         settings["configs"] = ",".join(rollouts)
     else:
-        import torch
-
         from kevin.core.rollout import rollout
         from kevin.data import builtin_tasks, load_tasks
         from kevin.sandbox import Sandbox
 
-        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
         tasks = load_tasks(cfg.tasks) if cfg.tasks else builtin_tasks(split="eval")
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks else tasks
         policy = build_policy(cfg)
-        sandbox = Sandbox(device)
-        print(f"{len(tasks)} tasks on {device}; configurations {cfg.configs}")
+        sandbox = Sandbox(cfg.device)
+        print(f"{len(tasks)} tasks on {cfg.device}; configurations {cfg.configs}")
         for m, n in pairs:
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
-            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n, backend=device,
+            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n, backend=cfg.device.split(":")[0],
                                    max_prompt_tokens=cfg.max_prompt_tokens)
             save_rollout(trajectories, rollout_dir / f"{m}x{n}.jsonl")
             rollouts[f"{m}x{n}"] = trajectories

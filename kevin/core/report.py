@@ -379,6 +379,9 @@ def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRo
         budgets = {r.m * r.n for r in budget_rows}
         if len(budgets) > 1:
             lines += [f"Note: the configurations do not share one kernel budget ({sorted(budgets)}).", ""]
+        task_counts = {r.n_tasks for r in budget_rows}
+        if len(task_counts) > 1:
+            lines += [f"Note: the configurations were run on different numbers of tasks ({sorted(task_counts)}).", ""]
         header = ["config", "kernels/task", "speedup best@m", "correct best@m", "fast_1 best@m",
                   "fast_1.5 best@m"]
         lines += _table(header, [[r.label, r.m * r.n, _x(r.summary.speedup_best),
@@ -392,6 +395,8 @@ def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRo
                                   f"{c.prompt_tokens / max(c.kernels, 1):.0f}",
                                   f"{c.generated_tokens / max(c.kernels, 1):.0f}"]
                                  for r in budget_rows for c in [r.compute]])
+        if any(r.compute.kernels and not r.compute.generated_tokens for r in budget_rows):
+            lines += ["", "Token counts of 0 mean the backend reported no token ids (API models)."]
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]

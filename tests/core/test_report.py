@@ -207,3 +207,13 @@ def test_markdown_report_holds_both_tables_and_flags_unequal_budgets():
     two_by_one = [parallel[0], parallel[1], parallel[4], parallel[5]]  # 2 trajectories x 1 turn: budget 2
     uneven = markdown_report([], equal_budget_table([serial, two_by_one], n_resamples=50))
     assert "do not share one kernel budget" in uneven
+
+
+def test_markdown_report_notes_rollouts_over_different_task_sets_and_missing_token_ids():
+    serial, parallel = _budget_rollouts()
+    # the 4x1 rollout of task 0 only, with its token ids dropped as an API backend would
+    api = [Trajectory(t.task_id, t.task_index, t.trajectory_index,
+                      tuple(Turn((), (), "", u.result) for u in t.turns)) for t in parallel[:4]]
+    text = markdown_report([], equal_budget_table([serial, api], n_resamples=50))
+    assert "different numbers of tasks ([1, 2])" in text
+    assert "no token ids" in text
