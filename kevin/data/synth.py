@@ -425,8 +425,16 @@ def _batch_norm(b: _Builder) -> str:
     _need(b.min_size([b.dims[0]] + b.spatial) >= 2, "batch norm over a single value")
     cls = {"img2d": "nn.BatchNorm2d", "img3d": "nn.BatchNorm3d", "mat": "nn.BatchNorm1d"}[b.kind]
     attr = b.layer("batch_norm", f"{cls}({b.dims[1]})")
+    # statistics and affine parameters as a trained network has them: references are evaluated in
+    # eval mode, where a fresh BatchNorm (mean 0, var 1, weight 1, bias 0) would be the identity
+    b.init_lines += [
+        f"nn.init.uniform_(self.{attr}.running_mean, -0.5, 0.5)",
+        f"nn.init.uniform_(self.{attr}.running_var, 0.5, 2.0)",
+        f"nn.init.uniform_(self.{attr}.weight, 0.5, 1.5)",
+        f"nn.init.uniform_(self.{attr}.bias, -0.5, 0.5)",
+    ]
     b.emit(f"x = self.{attr}(x)")
-    return "batch norm (training mode: batch statistics)"
+    return "batch norm (running statistics)"
 
 
 def _layer_norm(b: _Builder) -> str:
@@ -613,15 +621,16 @@ def load_program(task: Task, backend: str = "cpu") -> dict[str, Any]:
 
 
 def run_reference(task: Task, *, backend: str = "cpu", device: str = "cpu", seed: int = 0, input_seed: int | None = None):
-    """Build ``Model(*get_init_inputs())`` under ``seed`` and run it on ``get_inputs()`` drawn under
-    ``input_seed`` (default ``seed + 1``). Returns ``(inputs, output)``. The global RNG is restored.
+    """Build ``Model(*get_init_inputs())`` under ``seed`` in eval mode (as the sandbox does) and run it
+    on ``get_inputs()`` drawn under ``input_seed`` (default ``seed + 1``). Returns ``(inputs, output)``.
+    The global RNG is restored.
     """
     import torch
 
     ns = load_program(task, backend)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ns["Model"](*ns["get_init_inputs"]()).to(device)
+        model = ns["Model"](*ns["get_init_inputs"]()).to(device).eval()  # as the sandbox runs it
         torch.manual_seed(seed + 1 if input_seed is None else input_seed)
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
         with torch.no_grad():
@@ -678,7 +687,7 @@ def eager_runtime_ms(task: Task, *, device: str = "cpu", repeats: int = 5) -> fl
     ns = load_program(task, backend)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = ns["Model"](*ns["get_init_inputs"]()).to(device)
+        model = ns["Model"](*ns["get_init_inputs"]()).to(device).eval()
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
     times = []
     with torch.no_grad():

@@ -493,11 +493,16 @@ ACTIVATIONS: list[Spec] = [
 NORMS: list[Spec] = [
     ("BatchNorm2d", ("BatchNorm",), "train", {"batch_size": 4, "channels": 8, "height": 16, "width": 16}, _src('''
         class Model(nn.Module):
-            """Batch normalisation over (batch, height, width) per channel, in training mode (batch statistics)."""
+            """Batch normalisation per channel with running statistics and an affine transform, as a
+            trained network has them (evaluated in eval mode)."""
 
             def __init__(self, channels):
                 super().__init__()
                 self.bn = nn.BatchNorm2d(channels)
+                nn.init.uniform_(self.bn.running_mean, -1.0, 1.0)
+                nn.init.uniform_(self.bn.running_var, 0.5, 2.0)
+                nn.init.uniform_(self.bn.weight, 0.5, 1.5)
+                nn.init.uniform_(self.bn.bias, -0.5, 0.5)
 
             def forward(self, x):
                 return self.bn(x)
