@@ -641,77 +641,56 @@ def _is_ext_ref(node: ast.AST, names: set, attrs: set) -> bool:
     return (isinstance(node, ast.Name) and node.id in names) or (_self_attr(node) in attrs if _self_attr(node) else False)
 
 
+@dataclass(frozen=True)
+class _CallGraph:
+    """Where calls inside the forward path can lead, within this file."""
+
+    cls: ast.ClassDef  # ModelNew
+    module_classes: frozenset  # names of the other classes in the file
+    instance_attrs: dict  # self attribute -> local class instance it holds (self.block = Block())
+    self_lambdas: dict  # self attribute -> Lambda (self.f = lambda x: ...)
+
+
 def _forward_functions(mod: _Module) -> list:
-    """(function node, names of its tensor-valued parameters) for ModelNew.forward and all it reaches."""
+    """(function node, owning class or None, names of its tensor-valued parameters) on the forward path.
+
+    The path starts at ``ModelNew.forward`` and at the ``forward`` of every local nn.Module class that is
+    instantiated somewhere (``nn.ModuleList([Block() ...])`` runs ``Block.forward`` however it is
+    called), then follows calls to functions, methods, lambdas and classes defined in this file. A
+    helper's parameters are tensors where a caller passes a tensor.
+    """
     cls = mod.model_new()
-    if cls is None:
+    if cls is None or "forward" not in mod.methods(cls):
         return []
-    own = mod.methods(cls)
-    if "forward" not in own:
-        return []
-    module_classes = {name for name, c in mod.classes.items() if c is not cls}
-    instance_attrs = _local_module_attrs(mod)
-    self_lambdas = {_self_attr(t): n.value for n in mod.nodes if isinstance(n, ast.Assign)
-                    and isinstance(n.value, ast.Lambda) for t in n.targets if _self_attr(t)}
-    queue = [(own["forward"], cls, None)]
-    # Local nn.Module classes instantiated anywhere (self.blocks = nn.ModuleList([Block() ...])) run
-    # their forward when called, however the call is spelled.
+    graph = _CallGraph(
+        cls=cls,
+        module_classes=frozenset(name for name, c in mod.classes.items() if c is not cls),
+        instance_attrs=_local_module_attrs(mod),
+        self_lambdas={_self_attr(t): n.value for n in mod.nodes if isinstance(n, ast.Assign)
+                      and isinstance(n.value, ast.Lambda) for t in n.targets if _self_attr(t)},
+    )
+    queue = [(mod.methods(cls)["forward"], cls, None)]
     instantiated = {n.func.id for n in mod.nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    for name in sorted(module_classes & instantiated):
+    for name in sorted(graph.module_classes & instantiated):
         c = mod.classes[name]
         if _derives_from_module(mod, c, set()) and "forward" in mod.methods(c):
             queue.append((mod.methods(c)["forward"], c, None))
-    seen: dict = {}
+    self_attrs = _tensor_self_attrs(mod)
+    seen: set = set()
     result = []
     while queue:
         fn, owner, tensor_args = queue.pop(0)
         if id(fn) in seen:
             continue
-        seen[id(fn)] = True
-        name = getattr(fn, "name", "<lambda>")
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-        if fn.args.vararg:
-            params.append(fn.args.vararg.arg)
-        skip_first = owner is not None and not _is_staticmethod(fn)
-        if params and skip_first:
-            params = params[1:]
-        if name == "forward" and params and params[0] == "ctx":
-            params = params[1:]
-        tensors = set(params) if (name == "forward" or tensor_args is None) else set(tensor_args)
-        tensors -= _scalar_params(fn)
+        seen.add(id(fn))
+        tensors = _tensor_params(fn, owner, tensor_args)
         result.append((fn, owner, tensors))
-        env = _TensorEnv(mod, tensors, _tensor_self_attrs(mod))
+        env = _TensorEnv(mod, tensors, self_attrs)
+        env.learn(fn)
         for node in ast.walk(fn):
             if not isinstance(node, ast.Call):
                 continue
-            f = node.func
-            targets = []
-            if isinstance(f, ast.Name) and f.id in mod.functions:
-                targets.append((mod.functions[f.id], None))
-            elif isinstance(f, ast.Name) and f.id in module_classes:
-                c = mod.classes[f.id]
-                targets += [(m, c) for n, m in mod.methods(c).items() if n in ("__init__", "forward", "__call__")]
-            elif isinstance(f, ast.Attribute):
-                recv = f.value
-                if isinstance(recv, ast.Name) and recv.id in ("self", "cls") and owner is not None:
-                    m = mod.methods(owner).get(f.attr)
-                    if m is not None:
-                        targets.append((m, owner))
-                    elif f.attr in self_lambdas:
-                        targets.append((self_lambdas[f.attr], None))
-                    elif f.attr in instance_attrs:
-                        c = instance_attrs[f.attr]
-                        targets += [(m2, c) for n, m2 in mod.methods(c).items() if n in ("forward", "__call__")]
-                elif isinstance(recv, ast.Name) and recv.id in module_classes:
-                    c = mod.classes[recv.id]
-                    name = "forward" if f.attr == "apply" else f.attr
-                    if name in mod.methods(c):
-                        targets.append((mod.methods(c)[name], c))
-                else:
-                    for c in mod.classes.values():
-                        if c is not cls and f.attr in mod.methods(c) and not f.attr.startswith("__"):
-                            targets.append((mod.methods(c)[f.attr], c))
-            for target, target_owner in targets:
+            for target, target_owner in _call_targets(mod, graph, node.func, owner):
                 t_params = [a.arg for a in target.args.posonlyargs + target.args.args]
                 if target_owner is not None and not _is_staticmethod(target) and t_params:
                     t_params = t_params[1:]
@@ -719,6 +698,50 @@ def _forward_functions(mod: _Module) -> list:
                 passed += [k.arg for k in node.keywords if k.arg and env.is_tensor(k.value)]
                 queue.append((target, target_owner, passed))
     return result
+
+
+def _tensor_params(fn: ast.AST, owner: ast.ClassDef | None, tensor_args: list | None) -> set:
+    """A forward's parameters (minus self/ctx and plain scalars), or the ones callers passed tensors to."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    if fn.args.vararg:
+        params.append(fn.args.vararg.arg)
+    if params and owner is not None and not _is_staticmethod(fn):
+        params = params[1:]
+    name = getattr(fn, "name", "<lambda>")
+    if name == "forward" and params and params[0] == "ctx":
+        params = params[1:]
+    tensors = set(params) if (name == "forward" or tensor_args is None) else set(tensor_args)
+    return tensors - _scalar_params(fn)
+
+
+def _call_targets(mod: _Module, graph: _CallGraph, f: ast.AST, owner: ast.ClassDef | None) -> list:
+    """(function node, owning class or None) pairs that calling ``f`` may run, within this file."""
+    if isinstance(f, ast.Name) and f.id in mod.functions:
+        return [(mod.functions[f.id], None)]
+    if isinstance(f, ast.Name) and f.id in graph.module_classes:
+        c = mod.classes[f.id]
+        return [(m, c) for n, m in mod.methods(c).items() if n in ("__init__", "forward", "__call__")]
+    if not isinstance(f, ast.Attribute):
+        return []
+    recv = f.value
+    if isinstance(recv, ast.Name) and recv.id in ("self", "cls") and owner is not None:
+        if f.attr in mod.methods(owner):
+            return [(mod.methods(owner)[f.attr], owner)]
+        if f.attr in graph.self_lambdas:
+            return [(graph.self_lambdas[f.attr], None)]
+        if f.attr in graph.instance_attrs:
+            c = graph.instance_attrs[f.attr]
+            return [(m, c) for n, m in mod.methods(c).items() if n in ("forward", "__call__")]
+        return []
+    if isinstance(recv, ast.Name) and recv.id in graph.module_classes:  # AddFn.apply(x), Helper.run(x)
+        c = mod.classes[recv.id]
+        name = "forward" if f.attr == "apply" else f.attr
+        return [(mod.methods(c)[name], c)] if name in mod.methods(c) else []
+    if f.attr.startswith("__"):
+        return []
+    # obj.method(...) on an object of unknown class: any local class's method of that name may run.
+    return [(mod.methods(c)[f.attr], c) for c in mod.classes.values()
+            if c is not graph.cls and f.attr in mod.methods(c)]
 
 
 def _scalar_params(fn: ast.AST) -> set:

@@ -543,3 +543,80 @@ def test_accepts_the_prompt_examples(backend):
     from kevin.data.prompts import example_for
 
     assert check_format(example_for(backend), backend=backend) == []
+
+
+def test_rejects_compute_in_a_helper_given_a_local_tensor():
+    v = check_format(cuda_candidate(forward="y = self.ext.add_forward(a, b)\nreturn _scale(y)",
+                                    tail="\n\ndef _scale(t):\n    return t * 2\n"))
+    assert has(v, "_scale", "t * 2")
+
+
+# --- more spellings of the same hacks; each must be caught, by the named token ------------------------
+
+VARIANTS = {
+    "ghost branch tensor method": (dict(forward="return self.ext.add_forward(a, b) if a.shape[0] % 1024 == 3 "
+                                        "else a.add(b)"), ".add()"),
+    "torch.ops.aten": (dict(forward="return torch.ops.aten.mm(a, b)"), "torch.ops.aten.mm"),
+    "dunder matmul": (dict(forward="return a.__matmul__(b)"), "__matmul__"),
+    "at::_ops": (dict(cuda_extra="out = at::_ops::mm::call(a, b);"), "at::_ops::mm::call"),
+    "using namespace at": (dict(cuda_extra="using namespace at;\nout = mm(a, b);"), "using namespace at"),
+    "import torch as T": (dict(head="import torch as T", forward="return T.matmul(a, b)"), "torch.matmul"),
+    "from torch import matmul": (dict(head="from torch import matmul", forward="return matmul(a, b)"),
+                                 "torch.matmul"),
+    "setattr on torch": (dict(head='setattr(torch, "allclose", lambda *a, **k: True)'), "setattr(torch"),
+    "Tensor.__eq__ patch": (dict(head="torch.Tensor.__eq__ = lambda s, o: True"), "torch.Tensor.__eq__"),
+    "__import__": (dict(head='th = __import__("threading")'), "__import__"),
+    "importlib": (dict(head='import importlib'), "importlib"),
+    "ModelNew.forward patched later": (dict(tail="\nModelNew.forward = lambda self, a, b: a + b\n"),
+                                       "ModelNew.forward"),
+    "CUDA graph": (dict(forward="g = torch.cuda.CUDAGraph()\nreturn self.ext.add_forward(a, b)"),
+                   "torch.cuda.CUDAGraph"),
+    "bfloat16 cast": (dict(forward="return self.ext.add_forward(a.to(torch.bfloat16), b)"), "torch.bfloat16"),
+    "autocast": (dict(forward="with torch.autocast('cuda'):\n    return self.ext.add_forward(a, b)"),
+                 "torch.autocast"),
+    "bf16 in CUDA": (dict(cuda_extra="__nv_bfloat16 h = __float2bfloat16(1.0f);"), "__nv_bfloat16"),
+    "fast-math pragma": (dict(cuda_extra='\n#pragma GCC optimize("fast-math")\n'), "fast-math"),
+    "numpy compute": (dict(head="import numpy as np", forward="return np.matmul(a, b)"), "numpy.matmul"),
+    "eval of built name": (dict(forward='return eval("torch.mat" + "mul")(a, b)'), "eval()"),
+    "persisting L2 limit": (dict(cuda_extra="cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);"),
+                            "cudaLimitPersistingL2CacheSize"),
+    "torch.compile": (dict(init="self.f = torch.compile(lambda x, y: x + y)", forward="return self.f(a, b)"),
+                      "torch.compile"),
+    "sys.modules": (dict(head="import sys\nsys.modules['torch'].allclose = print"), "sys.modules"),
+    "type() tensor subclass": (dict(head='Fake = type("Fake", (torch.Tensor,), {})'), "type(name, bases"),
+    "__class__ swap": (dict(forward="out = self.ext.add_forward(a, b)\nout.__class__ = dict\nreturn out"),
+                       "__class__"),
+    "os.system": (dict(head='import os\nos.system("pip install x")'), "os.system"),
+    "std::thread": (dict(cuda_extra="std::thread t([]{}); t.detach();"), "std::thread"),
+    "dlopen": (dict(cuda_extra='void* h = dlopen("libcublas.so", 1);'), "dlopen"),
+    "getStreamFromPool": (dict(cuda_extra="auto s = at::cuda::getStreamFromPool();"), "getStreamFromPool"),
+    "torch::nn::functional": (dict(cuda_extra="out = torch::nn::functional::relu(a);"), "torch::nn::functional"),
+    "thrust::sort": (dict(cuda_extra="thrust::sort(thrust::device, p, p + 4);"), "thrust::sort"),
+    "at::native": (dict(cuda_extra="out = at::native::add(a, b);"), "at::native::add"),
+    "in-place add_": (dict(forward="out = self.ext.add_forward(a, b)\nout.add_(1)\nreturn out"), ".add_()"),
+    "augmented assignment": (dict(forward="out = self.ext.add_forward(a, b)\nout += a\nreturn out"), "out += a"),
+    "negation": (dict(forward="return -self.ext.add_forward(a, b)"), "negates"),
+    "comparison": (dict(forward="return self.ext.add_forward(a, b) > 0"), "compares"),
+    "torch.cat": (dict(forward="return torch.cat([self.ext.add_forward(a, b), a])"), "torch.cat"),
+    "from time import": (dict(head="from time import perf_counter"), "imports time"),
+    "thread pool": (dict(head="from concurrent.futures import ThreadPoolExecutor"), "concurrent.futures"),
+    "file-based load": (dict(head="from torch.utils.cpp_extension import load\nx = load('x', ['x.cu'])"),
+                        "cpp_extension.load"),
+    "cuBLAS via ldflags": (dict(load_kwargs='\n    extra_ldflags=["-lcublas"],'), "links cublas"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_rejects_variant(name):
+    kwargs, needle = VARIANTS[name]
+    assert has(check_format(cuda_candidate(**kwargs)), needle)
+
+
+def test_rejects_cuda_source_read_at_run_time():
+    src = cuda_candidate().replace("cuda_sources=cuda_source,", "cuda_sources=open('k.cu').read(),")
+    assert has(check_format(src), "built at run time")
+
+
+def test_every_message_is_one_short_line():
+    messages = [m for kwargs, _ in VARIANTS.values() for m in check_format(cuda_candidate(**kwargs))]
+    assert messages and all("\n" not in m and len(m) <= 220 for m in messages)
