@@ -576,9 +576,10 @@ def _check_module_assignment(mod: _Module) -> list[str]:
         for t in targets:
             for leaf in _flatten_targets(t):
                 base = leaf.value if isinstance(leaf, (ast.Attribute, ast.Subscript)) else None
-                q = mod.qualname(leaf) if isinstance(leaf, ast.Attribute) else None
+                # Plain aliases only: self.mm = torch.matmul stores a value, it does not patch torch.
+                q = _qualname(leaf, mod.aliases) if isinstance(leaf, ast.Attribute) else None
                 if q is None and base is not None:
-                    q = mod.qualname(base)
+                    q = _qualname(base, mod.aliases)
                 if (isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name)
                         and leaf.value.id in mod.classes):
                     out.append(f"assigns to {_short(leaf)} (line {node.lineno}): classes must not be patched "
