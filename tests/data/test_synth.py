@@ -1,0 +1,117 @@
+"""The task synthesizer: hand-checked programs, determinism, validity and novelty of what it writes."""
+
+import pytest
+import torch
+
+from kevin.data import Task, builtin_tasks, synthesize_tasks
+from kevin.data.loaders import validate_source
+from kevin.data.synth import (
+    MAIN_OPS,
+    OTHER_OPS,
+    NotApplicable,
+    informative_output_problems,
+    operator_sequence,
+    output_shape_on_meta,
+    render_task,
+    run_reference,
+)
+
+
+@pytest.fixture(scope="module")
+def fifty():
+    return synthesize_tasks(50, seed=0)
+
+
+def test_render_writes_a_kernelbench_program_with_cpu_overrides():
+    task = render_task(["Gemm", "ReLU", "BiasAdd"])
+    assert validate_source(task.source) == []
+    assert "self.linear = nn.Linear(in_features, out_features)" in task.source
+    assert "x = torch.relu(x)" in task.source
+    assert "bias_shape = (out_features,)" in task.source
+    assert dict(task.sizes["cpu"]) == {"batch_size": 16, "in_features": 32, "out_features": 64}
+
+
+def test_shapes_are_tracked_through_transposed_conv_and_pooling():
+    # ConvTranspose2d doubles 32 px (GPU) / 8 px (CPU) to 64 / 16, max pooling halves it to 32 / 8;
+    # the sum over dim 1 leaves one channel: GPU (16, 1, 32, 32), CPU (2, 1, 8, 8)
+    task = render_task(["ConvTranspose2d", "MaxPool", "Sum"])
+    assert output_shape_on_meta(task, "cuda") == (16, 1, 32, 32)
+    assert output_shape_on_meta(task, "cpu") == (2, 1, 8, 8)
+
+
+def test_an_op_that_cannot_follow_raises_not_applicable():
+    # instance norm needs spatial dims; a GEMM output has none
+    with pytest.raises(NotApplicable):
+        render_task(["Gemm", "ReLU", "InstanceNorm"])
+
+
+def test_an_unknown_op_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown op"):
+        render_task(["Gemm", "Dropout"])
+
+
+def test_same_seed_gives_identical_sources():
+    first = synthesize_tasks(8, seed=11)
+    second = synthesize_tasks(8, seed=11)
+    assert [t.source for t in first] == [t.source for t in second]
+
+
+def test_different_seeds_give_different_tasks():
+    assert {t.source for t in synthesize_tasks(5, seed=1)}.isdisjoint(t.source for t in synthesize_tasks(5, seed=2))
+
+
+def test_fifty_tasks_come_from_one_call(fifty):
+    assert len(fifty) == 50
+
+
+def test_every_synthesized_program_runs_on_the_cpu_with_an_informative_output(fifty):
+    for task in fifty:
+        inputs, out = run_reference(task, backend="cpu", seed=3)
+        _, other = run_reference(task, backend="cpu", seed=3, input_seed=99)
+        assert informative_output_problems(inputs, out, other) == [], task.name
+
+
+def test_every_synthesized_program_has_consistent_gpu_shapes(fifty):
+    for task in fifty:
+        assert len(output_shape_on_meta(task, "cuda")) == len(output_shape_on_meta(task, "cpu")), task.name
+
+
+def test_synthesized_tasks_are_one_main_op_and_two_to_five_distinct_others(fifty):
+    for task in fifty:
+        main, *others = task.metadata["ops"]
+        assert main in MAIN_OPS and set(others) <= set(OTHER_OPS)
+        assert 2 <= len(others) <= 5 and len(set(others)) == len(others)
+        assert task.name == "_".join(task.metadata["ops"]) and task.level == 2
+
+
+def test_operator_sequences_are_new_against_builtins_and_each_other(fifty):
+    sequences = [operator_sequence(t) for t in fifty]
+    assert len(set(sequences)) == len(sequences)
+    assert set(sequences).isdisjoint(operator_sequence(t) for t in builtin_tasks())
+
+
+def test_existing_sequences_are_dropped(fifty):
+    again = synthesize_tasks(10, seed=0, existing=list(builtin_tasks()) + fifty[:10])
+    assert {operator_sequence(t) for t in again}.isdisjoint(operator_sequence(t) for t in fifty[:10])
+
+
+def test_kernelbench_names_count_as_operator_sequences():
+    kb = Task("kb-L2-1", "", level=2, name="Conv2d_ReLU_BiasAdd")
+    assert operator_sequence(kb) == operator_sequence(render_task(["Conv2d", "ReLU", "BiasAdd"]))
+
+
+def test_informative_check_flags_tiny_constant_and_passthrough_outputs():
+    x = torch.randn(4, 8)
+    tiny = x * 1e-3  # max |out| about 3e-3 < 0.05
+    assert any(p.startswith("output is tiny") for p in informative_output_problems([x], tiny, tiny.flip(0)))
+    const = torch.ones(4, 8)
+    assert "output is constant" in informative_output_problems([x], const, const + 1)
+    assert "output does not depend on the input" in informative_output_problems([x], 2 * x, 2 * x)
+    assert "output is the input passed through" in informative_output_problems([x], x.clone(), torch.randn(4, 8))
+
+
+@pytest.mark.gpu
+def test_cuda_synthesis_keeps_only_tasks_over_the_runtime_threshold():
+    tasks = synthesize_tasks(5, seed=0, device="cuda")
+    assert len(tasks) == 5
+    assert all(t.metadata["eager_ms"]["cuda"] >= 0.1 for t in tasks)
