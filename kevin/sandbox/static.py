@@ -872,7 +872,8 @@ def _check_forward_path(mod: _Module) -> list[str]:
             line = _line(node)
             if isinstance(node, ast.Call):
                 out += _forward_call(mod, env, node, where)
-            elif isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH_OPS) and env.is_tensor(node):
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH_OPS) and env.is_tensor(node)
+                  and not isinstance(mod.parents.get(id(node)), ast.BinOp)):  # report a + b * c once
                 out.append(f"{where} uses the operator `{_short(node)}` on tensors (line {line}): "
                            "that is PyTorch compute; do it in your kernel")
             elif isinstance(node, ast.AugAssign) and (env.is_tensor(node.target) or env.is_tensor(node.value)):
@@ -914,7 +915,12 @@ def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> 
             return []
         if q.endswith("cpp_extension.load_inline"):
             return []
-        return [f"{where} calls {q} (line {line}): only your compiled kernels may compute; call them instead"]
+        # Other libraries compute only when handed tensors: reduce(operator.mul, x.shape, 1) is fine,
+        # numpy.matmul(a, b) is not.
+        if any(env.is_tensor(a) for a in node.args) or any(env.is_tensor(k.value) for k in node.keywords):
+            return [f"{where} calls {q} on tensors (line {line}): only your compiled kernels may compute; "
+                    "call them instead"]
+        return []
     if isinstance(node.func, ast.Attribute):
         attr = node.func.attr
         recv_q = mod.qualname(node.func.value)

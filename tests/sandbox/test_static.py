@@ -620,3 +620,16 @@ def test_rejects_cuda_source_read_at_run_time():
 def test_every_message_is_one_short_line():
     messages = [m for kwargs, _ in VARIANTS.values() for m in check_format(cuda_candidate(**kwargs))]
     assert messages and all("\n" not in m and len(m) <= 220 for m in messages)
+
+
+def test_size_product_with_functools_reduce_is_allowed():
+    src = cuda_candidate(head="import functools\nimport operator", forward='''
+        n = functools.reduce(operator.mul, a.shape, 1)
+        assert n == a.numel()
+        return self.ext.add_forward(a, b)''')
+    assert check_format(src) == []
+
+
+def test_nested_tensor_arithmetic_is_reported_once():
+    v = check_format(cuda_candidate(forward="return a * b + a"))
+    assert len([m for m in v if "operator" in m]) == 1
