@@ -122,6 +122,8 @@ _STREAM_TORCH = {"cuda.Stream", "cuda.stream", "cuda.ExternalStream", "cuda.set_
                  "cuda.StreamContext", "Stream", "cuda.CUDAGraph", "cuda.graph", "cuda.graphs",
                  "cuda.make_graphed_callables", "cuda.Event", "Event", "cuda.Event.elapsed_time"}
 _STREAM_METHODS = {"wait_stream", "record_stream", "wait_event", "elapsed_time"}
+_HOOK_METHODS = {"register_forward_hook", "register_forward_pre_hook", "register_module_forward_hook",
+                 "register_module_forward_pre_hook", "__torch_function__"}
 _COMPILER_TORCH = {"compile", "jit", "_dynamo", "_inductor", "fx", "export"}
 _BANNED_MODULES = {
     **dict.fromkeys(["threading", "_thread", "multiprocessing", "concurrent", "asyncio"],
@@ -521,6 +523,9 @@ def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
         if node.func.attr in _PRECISION_METHODS:
             out.append(f".{node.func.attr}() (line {line}): precision downgrade; keep float32 "
                        "(the output is checked at the reference precision)")
+        if node.func.attr in _HOOK_METHODS:
+            out.append(f".{node.func.attr}() (line {line}): module hooks can rewrite outputs outside forward; "
+                       "remove them")
         if node.func.attr in _STREAM_METHODS:
             out.append(f".{node.func.attr}() (line {line}): side streams and events are not allowed; run "
                        "on the current stream")
@@ -670,12 +675,13 @@ def _forward_functions(mod: _Module) -> list:
         self_lambdas={_self_attr(t): n.value for n in mod.nodes if isinstance(n, ast.Assign)
                       and isinstance(n.value, ast.Lambda) for t in n.targets if _self_attr(t)},
     )
-    queue = [(mod.methods(cls)["forward"], cls, None)]
+    # model(x) runs __call__, which an override can reroute away from forward.
+    queue = [(mod.methods(cls)[n], cls, None) for n in ("forward", "__call__") if n in mod.methods(cls)]
     instantiated = {n.func.id for n in mod.nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     for name in sorted(graph.module_classes & instantiated):
         c = mod.classes[name]
-        if _derives_from_module(mod, c, set()) and "forward" in mod.methods(c):
-            queue.append((mod.methods(c)["forward"], c, None))
+        if _derives_from_module(mod, c, set()):
+            queue += [(mod.methods(c)[n], c, None) for n in ("forward", "__call__") if n in mod.methods(c)]
     self_attrs = _tensor_self_attrs(mod)
     seen: set = set()
     result = []

@@ -633,3 +633,13 @@ def test_size_product_with_functools_reduce_is_allowed():
 def test_nested_tensor_arithmetic_is_reported_once():
     v = check_format(cuda_candidate(forward="return a * b + a"))
     assert len([m for m in v if "operator" in m]) == 1
+
+
+def test_rejects_compute_in_a_call_override():
+    v = check_format(cuda_candidate(tail="\n    def __call__(self, a, b):\n        return torch.matmul(a, b)\n"))
+    assert has(v, "torch.matmul")
+
+
+def test_rejects_forward_hook_that_rewrites_the_output():
+    v = check_format(cuda_candidate(init="self.register_forward_hook(lambda m, i, o: torch.mm(*i))"))
+    assert has(v, "register_forward_hook")
