@@ -1,0 +1,63 @@
+"""Learning is verified, not assumed: a tiny policy trained through the library's own path improves.
+
+Both tests train the random 2-layer tiny Qwen2 through ``rollout -> turn_scores -> aggregate_rewards ->
+group_advantages -> split_trajectories -> collate -> grpo_loss`` (the loop of
+``recipes/teach_credit_assignment.py``, imported from the recipe so the two cannot drift apart) in
+synthetic environments whose answer is one token; a "key" answer is a token id divisible by 4, about a
+quarter of the vocabulary at the start.
+
+Thresholds come from seeds 0-7 (30 steps, 2 tasks x 16 trajectories): with gamma = 0.4 the turn-1 key
+rate over the last 5 steps was 0.93-1.00 on every seed; with gamma = 0 it ended at 0.01-0.49 (a
+random walk: no signal reaches turn 1). Seed 1 is used; it ends at 0.99 and 0.23.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "teach_credit_assignment.py"
+
+
+@pytest.fixture(scope="module")
+def teach():
+    spec = importlib.util.spec_from_file_location("teach_credit_assignment", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_mean_reward_rises_when_the_answer_itself_is_rewarded(teach):
+    cfg = teach.Config(env="target", n_turns=1, steps=20, seed=0)
+    history = teach.train(cfg, gamma=0.4)
+    first = teach.window_mean(history, "reward/score_mean", 0, 5)
+    last = teach.window_mean(history, "reward/score_mean", -5, None)
+    # Score 1.3 per key answer: about 0.25 * 1.3 = 0.33 at the start; > 1.0 means > 77% key answers.
+    assert last > first + 0.5, (first, last)
+    assert last > 1.0, last
+
+
+@pytest.fixture(scope="module")
+def credit_runs(teach):
+    cfg = teach.Config(env="credit", n_turns=2, steps=30, seed=1)
+    return {gamma: teach.train(cfg, gamma=gamma) for gamma in (0.4, 0.0)}
+
+
+def test_an_enabling_first_turn_is_learned_with_discounted_sum_returns(teach, credit_runs):
+    h = credit_runs[0.4]
+    first = teach.window_mean(h, "turn1/key_rate", 0, 5)
+    last = teach.window_mean(h, "turn1/key_rate", -5, None)
+    # Turn 1 scores 0 but is credited 0.4 * 1.3 = 0.52 when it unlocks turn 2.
+    assert last > 0.85 and last > first + 0.4, (first, last)
+
+
+def test_an_enabling_first_turn_is_not_learned_with_per_turn_rewards(teach, credit_runs):
+    h0, h4 = credit_runs[0.0], credit_runs[0.4]
+    last0 = teach.window_mean(h0, "turn1/key_rate", -5, None)
+    last4 = teach.window_mean(h4, "turn1/key_rate", -5, None)
+    # gamma = 0: every turn-1 return is 0, so the key rate only drifts (0.01-0.49 over 8 seeds).
+    assert last0 < 0.6, last0
+    assert last4 - last0 > 0.3, (last0, last4)
