@@ -1198,6 +1198,8 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
     for m in _CPP_DISPATCHER.finditer(code):
         hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
     for m in _CPP_USING.finditer(code):
+        if m.group(4) and _aten_verdict(m.group(3), [], m.group(4)) == "ok":
+            continue  # using torch::Tensor;
         hit(m, "has", "`using` torch/ATen names hides what is called; qualify names (torch::empty)")
     if not allow_libraries:
         for m in _CPP_LIBRARIES.finditer(text):  # with strings: #include "cublas_v2.h"

@@ -643,3 +643,7 @@ def test_rejects_compute_in_a_call_override():
 def test_rejects_forward_hook_that_rewrites_the_output():
     v = check_format(cuda_candidate(init="self.register_forward_hook(lambda m, i, o: torch.mm(*i))"))
     assert has(v, "register_forward_hook")
+
+
+def test_using_declaration_of_an_allowed_type_is_allowed():
+    assert check_format(cuda_candidate(cuda_extra="using torch::Tensor;")) == []
