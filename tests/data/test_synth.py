@@ -115,3 +115,16 @@ def test_cuda_synthesis_keeps_only_tasks_over_the_runtime_threshold():
     tasks = synthesize_tasks(5, seed=0, device="cuda")
     assert len(tasks) == 5
     assert all(t.metadata["eager_ms"]["cuda"] >= 0.1 for t in tasks)
+
+
+def test_synthesized_tasks_pass_the_sandbox_negative_control_calibration(fifty):
+    calibrate = pytest.importorskip("kevin.sandbox.calibrate")
+    reports = calibrate.calibrate_many(fifty, device="cpu")
+    assert {r.task_id: r.accepted_controls or dict(r.controls) for r in reports if not r.passed} == {}
+
+
+def test_calibrate_option_keeps_only_calibrated_tasks():
+    pytest.importorskip("kevin.sandbox.calibrate")
+    tasks = synthesize_tasks(3, seed=4, calibrate=True)
+    assert len(tasks) == 3
+    assert [t.source for t in tasks] == [t.source for t in synthesize_tasks(3, seed=4)]  # none dropped here
