@@ -14,19 +14,25 @@ Python rules (by AST, so words inside strings and comments never count):
 - A4: no reference to the reference class ``Model`` (inherit, instantiate, import), no
   ``super().forward``, no class whose body is only ``pass``/``...``.
 - A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, ``Identity``,
-  the containers and ``nn.init``). In the forward path (``ModelNew.forward`` and every function, method or local
-  module class it reaches in this file) no PyTorch compute: no ``torch.*``/``F.*`` call other than
-  allocation, shape and device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``); no
-  arithmetic or comparison operators with a tensor operand (``x + y``, ``x @ w``); integer arithmetic on
-  sizes (``(n + 255) // 256``) stays allowed. A tensor is a forward argument, a parameter or buffer
-  of ``self``, the result of a ``torch``/extension call or tensor method, or a name assigned from one.
+  the containers and ``nn.init``), no torch compute function used as a value (``self.f = torch.mm``).
+  On the forward path no PyTorch compute: no ``torch.*``/``F.*`` call other than allocation, shape and
+  device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``) or dunder calls; no arithmetic
+  or comparison operators, ``sum``/``max``/... builtins or other libraries' calls with a tensor operand
+  (``x + y``, ``x @ w``, ``numpy.matmul(a, b)``). Integer arithmetic on sizes (``(n + 255) // 256``)
+  stays allowed. The forward path is ``ModelNew.forward`` and ``__call__``, the ``forward`` of every
+  local nn.Module class instantiated in the file, and every function, method and lambda of the file
+  they call. A tensor is a forward argument (unless annotated or defaulted as a scalar), a helper
+  argument a caller passed a tensor to, a parameter or buffer of ``self``, the result of a
+  ``torch``/extension call or tensor method, or a name assigned from one.
 - B6: no ``.half()``/``.bfloat16()``/``torch.float16``/``torch.bfloat16``, no autocast.
 - A6: no ``torch.compile``/``torch.jit``/dynamo; no CUDA graphs.
 - C2: no global numerics flags (``torch.backends.*``, ``set_float32_matmul_precision``,
   ``set_default_dtype``, ``set_flush_denormal``, ``use_deterministic_algorithms``).
 - C3/C4/D6: no assignment into modules or their classes (``torch.allclose = ...``,
-  ``torch.Tensor.__eq__ = ...``, ``time.perf_counter = ...``), no ``setattr``/``getattr`` on modules,
-  no ``torch.Tensor`` subclass, ``_make_subclass``, ``__torch_function__``.
+  ``torch.Tensor.__eq__ = ...``, ``time.perf_counter = ...``) or into the file's own classes after
+  their definition (``ModelNew.forward = ...``), no ``setattr``/``getattr`` on modules, no
+  ``torch.Tensor``/``nn.Parameter`` subclass, ``type(name, bases, dict)``, ``_make_subclass``,
+  ``__torch_function__``, ``__class__`` swaps, module forward hooks.
 - D1/D2/D6: no threads or processes, no ``torch.cuda.Stream``/``stream``/``wait_stream``/
   ``record_stream``, no ``torch.cuda.Event`` and no ``time``/``timeit``, no ``signal``.
 - B7/E4: no ``exec``/``eval``/``compile``/``__import__``/``importlib``, no ``sys.modules``,
