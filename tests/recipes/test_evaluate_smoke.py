@@ -112,3 +112,21 @@ def test_tiny_model_runs_every_configuration_on_the_cpu_and_writes_the_report(tm
     assert (out / "turns.png").read_bytes()[:8] == PNG_MAGIC
     assert (out / "equal_budget.png").read_bytes()[:8] == PNG_MAGIC
     assert json.loads((out / "config.json").read_text())["configs"] == "2x2,4x1"
+
+
+@pytest.mark.timeout(240)
+def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_path):
+    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    build_tiny_model(tokenizer).save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    out = tmp_path / "eval"
+    run_recipe("--model", str(tmp_path / "ckpt"), "--output_dir", str(out), "--configs", "1x2",
+               "--max_tasks", "1", "--max_new_tokens", "8", "--n_bootstrap", "50")
+    trajectories = [json.loads(line) for line in (out / "rollouts" / "1x2.jsonl").read_text().splitlines()]
+    assert len(trajectories) == 1 and len(trajectories[0]["turns"]) == 2
+    assert all(0 < len(t["response_ids"]) <= 8 for t in trajectories[0]["turns"])
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [(r["table"], r.get("config")) for r in records] == [("turns", None), ("turns", None), ("budget", "1x2")]
+    assert f"Evaluation of {tmp_path / 'ckpt'}" in (out / "report.md").read_text()
