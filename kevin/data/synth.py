@@ -631,11 +631,12 @@ def run_reference(task: Task, *, backend: str = "cpu", device: str = "cpu", seed
     import torch
 
     ns = load_program(task, backend)
-    with torch.random.fork_rng(devices=[]):
+    # tensors are created on ``device`` directly: drawing GPU-sized inputs on the host is slow
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
-        model = ns["Model"](*ns["get_init_inputs"]()).to(device).eval()  # as the sandbox runs it
+        model = ns["Model"](*ns["get_init_inputs"]()).eval()  # eval mode, as the sandbox runs it
         torch.manual_seed(seed + 1 if input_seed is None else input_seed)
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        inputs = list(ns["get_inputs"]())
         with torch.no_grad():
             out = model(*inputs)
     return inputs, out
@@ -688,10 +689,10 @@ def eager_runtime_ms(task: Task, *, device: str = "cpu", repeats: int = 5) -> fl
 
     backend = "cpu" if device == "cpu" else "cuda"
     ns = load_program(task, backend)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(0)
-        model = ns["Model"](*ns["get_init_inputs"]()).to(device).eval()
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        model = ns["Model"](*ns["get_init_inputs"]()).eval()
+        inputs = list(ns["get_inputs"]())
     times = []
     with torch.no_grad():
         for i in range(repeats + 2):
