@@ -46,7 +46,8 @@ or through module-level string variables, comments stripped, object-like ``#defi
 
 - backend ``"cuda"``: a ``__global__`` kernel in ``cuda_sources``; backend ``"cpu"``: a loop in
   ``cpp_sources`` and no ``cuda_sources``.
-- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, ``a.mm(b)``, ``x.sum()``), no
+- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, ``a.mm(b)``, ``x.sum()``, and
+  ``a + b``/``out /= n`` on tensor variables of host functions), no
   dispatcher (``c10::Dispatcher``, ``findSchemaOrThrow``, ``callOp``, ``at::_ops::``), no
   ``using namespace torch/at``. Allocation and shape calls stay allowed.
 - A2: no cuBLAS/cuDNN/CUTLASS/CuTe/Thrust/CUB device-wide/cuFFT/BLAS/Eigen/oneDNN unless
@@ -1223,7 +1224,83 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses token pasting", "`##` hides names from checks; write names out in full")
     for m in _FAST_MATH.finditer(text):  # with strings: #pragma GCC optimize("fast-math")
         hit(m, "enables", "fast math is a precision downgrade; remove it")
+    for start, body, tensors in _host_functions(code):
+        lines_seen = set()
+        for m in sorted(_tensor_operator_matches(body, tensors), key=lambda m: m.start()):
+            line = _lineno(code, start + m.start())
+            if line in lines_seen:
+                continue  # a + b matches as left and right operand; report the line once
+            lines_seen.add(line)
+            out.append(f"{src.kind} applies `{m.group(0).strip()}` to a tensor in host code (source line {line}): "
+                       "tensor operators are ATen compute; do it in your kernel")
     return out
+
+
+_CPP_TENSOR_DECL = re.compile(r"\bTensor\s*(?:&|\*)?\s*(\w+)\s*(?=[,)=;{]|$)")
+_CPP_AUTO_DECL = re.compile(r"\bauto\s*&?\s*(\w+)\s*=\s*([^;]+);")
+_CPP_ALLOCATORS = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+                   "full_like", "from_blob", "arange"}
+_CPP_NON_TENSOR_METHODS = {
+    "size", "sizes", "numel", "dim", "stride", "strides", "data_ptr", "const_data_ptr", "mutable_data_ptr",
+    "item", "scalar_type", "dtype", "device", "options", "is_contiguous", "is_cuda", "element_size",
+    "accessor", "packed_accessor32", "packed_accessor64", "get_device", "nbytes", "storage_offset",
+    "defined", "ndimension", "nbytes",
+}
+
+
+def _host_functions(code: str) -> list:
+    """(body offset, body, tensor variable names) for each host (not __global__/__device__) function.
+
+    Tensor variables: parameters and locals declared ``Tensor``, and ``auto`` locals initialised from an
+    allocator (``torch::empty_like``) or a layout method of another tensor (``x.contiguous()``).
+    """
+    found = []
+    depth, boundary, i = 0, 0, 0
+    open_at = None
+    while i < len(code):
+        c = code[i]
+        if c == "{":
+            if depth == 0:
+                open_at = i
+            depth += 1
+        elif c == "}":
+            depth = max(depth - 1, 0)
+            if depth == 0 and open_at is not None:
+                signature, body = code[boundary:open_at], code[open_at + 1: i]
+                if re.search(r"\bnamespace\b", signature):
+                    found += [(open_at + 1 + s, b, t) for s, b, t in _host_functions(body)]
+                elif "(" in signature and not re.search(r"__global__|__device__", signature):
+                    params = signature[signature.find("("): signature.rfind(")") + 1]
+                    found.append((open_at + 1, body, _tensor_names(params, body)))
+                boundary, open_at = i + 1, None
+        elif c == ";" and depth == 0:
+            boundary = i + 1
+        i += 1
+    return found
+
+
+def _tensor_names(params: str, body: str) -> set:
+    names = {m.group(1) for m in _CPP_TENSOR_DECL.finditer(params + "\n" + body)}
+    for _ in range(3):
+        for m in _CPP_AUTO_DECL.finditer(body):
+            rhs = m.group(2).strip()
+            alloc = re.match(r"(?:torch|at)\s*::\s*(\w+)", rhs)
+            method = re.match(r"(\w+)\s*\.\s*(\w+)", rhs)
+            if (alloc and alloc.group(1) in _CPP_ALLOCATORS) or (
+                    method and method.group(1) in names and method.group(2) not in _CPP_NON_TENSOR_METHODS):
+                names.add(m.group(1))
+    return names - {"const"}
+
+
+def _tensor_operator_matches(body: str, tensors: set) -> list:
+    """Arithmetic with a tensor variable as a direct operand: ``a + b``, ``out *= 2``, ``x / n``."""
+    if not tensors:
+        return []
+    alt = "|".join(map(re.escape, sorted(tensors, key=len, reverse=True)))
+    left = re.compile(rf"(?<![\w.>:])({alt})\s*([-+*/%]=?)(?![-+>*/=])\s*[\w(]+")
+    right = re.compile(rf"(?<![-+<>=!&|*/%])([-+*/%])\s*({alt})\b(?!\s*(?:\.|->|\[|\(|::))")
+    return [m for m in list(left.finditer(body)) + list(right.finditer(body))
+            if not re.match(r"\s*[-+*/%]\s*$", m.group(0))]
 
 
 def _aten_verdict(root: str, path: list, name: str) -> str:

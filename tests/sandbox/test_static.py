@@ -647,3 +647,15 @@ def test_rejects_forward_hook_that_rewrites_the_output():
 
 def test_using_declaration_of_an_allowed_type_is_allowed():
     assert check_format(cuda_candidate(cuda_extra="using torch::Tensor;")) == []
+
+
+def test_rejects_tensor_arithmetic_in_the_host_wrapper():
+    # a decoy kernel is launched, but the returned tensor is computed by ATen's operator+
+    v = check_format(cuda_candidate(cuda_extra="out = a_c + b_c;"))
+    assert has(v, "a_c + b_c", "host code")
+    assert len([m for m in v if "host code" in m]) == 1
+
+
+def test_pointer_and_size_arithmetic_in_the_host_wrapper_is_allowed():
+    extra = "float* p = out.data_ptr<float>() + 4; auto s = a.size(0) * 2; int64_t k = n * 4 + threads;"
+    assert check_format(cuda_candidate(cuda_extra=extra)) == []
