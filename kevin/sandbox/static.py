@@ -74,6 +74,7 @@ import re
 from dataclasses import dataclass
 
 BACKENDS = ("cuda", "cpu")
+_MAX_CHARS = 500_000
 
 # ---------------------------------------------------------------------------------------------------
 # Python name tables
@@ -256,6 +257,8 @@ def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: 
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if len(candidate_src) > _MAX_CHARS:  # keeps the scan's time bounded (about 1 s per 300 kB)
+        return [f"program is {len(candidate_src)} characters long (limit {_MAX_CHARS}): write a shorter one"]
     try:
         tree = ast.parse(candidate_src)
     except SyntaxError as exc:

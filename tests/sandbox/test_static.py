@@ -659,3 +659,7 @@ def test_rejects_tensor_arithmetic_in_the_host_wrapper():
 def test_pointer_and_size_arithmetic_in_the_host_wrapper_is_allowed():
     extra = "float* p = out.data_ptr<float>() + 4; auto s = a.size(0) * 2; int64_t k = n * 4 + threads;"
     assert check_format(cuda_candidate(cuda_extra=extra)) == []
+
+
+def test_rejects_an_oversized_program_without_scanning_it():
+    assert has(check_format("x = 1\n" * 100_000), "characters long")
