@@ -176,6 +176,9 @@ _ALLOWED_MODULE_CALL_ROOTS = {"math", "typing"}
 _ARITH_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult,
               ast.LShift, ast.RShift, ast.BitOr, ast.BitXor, ast.BitAnd)
 _CMP_OPS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+# Positional slots of torch.utils.cpp_extension.load_inline's arguments.
+_LOAD_INLINE_POSITIONS = {"name": 0, "cpp_sources": 1, "cuda_sources": 2, "functions": 3, "extra_cflags": 4,
+                          "extra_cuda_cflags": 5, "extra_ldflags": 6}
 
 # ---------------------------------------------------------------------------------------------------
 # C++/CUDA tables
@@ -624,7 +627,7 @@ def _extension_facts(mod: _Module) -> tuple[set, set, set]:
     attrs: set = set()
     exposed: set = set()
     for call in calls:
-        fn_node = _kwarg(call, "functions", 3)
+        fn_node = _kwarg(call, "functions", _LOAD_INLINE_POSITIONS["functions"])
         if fn_node is not None:
             parts = _resolve_strings(mod, fn_node, 0)
             if parts:
@@ -951,10 +954,6 @@ def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> 
 # ---------------------------------------------------------------------------------------------------
 # load_inline, its sources and the C++/CUDA rules
 
-_LOAD_INLINE_POSITIONS = {"name": 0, "cpp_sources": 1, "cuda_sources": 2, "functions": 3, "extra_cflags": 4,
-                          "extra_cuda_cflags": 5, "extra_ldflags": 6}
-
-
 def _kwarg(call: ast.Call, name: str, position: int) -> ast.AST | None:
     for k in call.keywords:
         if k.arg == name:
@@ -1247,7 +1246,7 @@ _CPP_NON_TENSOR_METHODS = {
     "size", "sizes", "numel", "dim", "stride", "strides", "data_ptr", "const_data_ptr", "mutable_data_ptr",
     "item", "scalar_type", "dtype", "device", "options", "is_contiguous", "is_cuda", "element_size",
     "accessor", "packed_accessor32", "packed_accessor64", "get_device", "nbytes", "storage_offset",
-    "defined", "ndimension", "nbytes",
+    "defined", "ndimension",
 }
 
 
