@@ -954,6 +954,7 @@ def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> 
 # ---------------------------------------------------------------------------------------------------
 # load_inline, its sources and the C++/CUDA rules
 
+
 def _kwarg(call: ast.Call, name: str, position: int) -> ast.AST | None:
     for k in call.keywords:
         if k.arg == name:
