@@ -663,3 +663,16 @@ def test_pointer_and_size_arithmetic_in_the_host_wrapper_is_allowed():
 
 def test_rejects_an_oversized_program_without_scanning_it():
     assert has(check_format("x = 1\n" * 100_000), "characters long")
+
+
+def test_cpu_backend_rejects_a_wrapper_without_a_loop():
+    # the C++ "kernel" only forwards to ATen: no loop, and clamp_min is ATen compute
+    src = CPU_CANDIDATE.replace(
+        "    for (int64_t i = 0; i < x_c.numel(); ++i) {\n        po[i] = px[i] > 0.0f ? px[i] : 0.0f;\n    }\n",
+        "    out = x_c.clamp_min(0);\n")
+    v = check_format(src, backend="cpu")
+    assert has(v, "no loop in cpp_sources") and has(v, ".clamp_min(")
+
+
+def test_cpu_backend_rejects_cuda_sources():
+    assert has(check_format(cuda_candidate(), backend="cpu"), "cuda_sources given for the cpu backend")
