@@ -126,6 +126,77 @@ def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tupl
 # transformers
 
 
+GQA_ATTENTION = "kevin_gqa_decode"
+
+
+def gqa_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers attention function: grouped-query attention for one-token decoding steps, sdpa otherwise.
+
+    query [B, H, 1, D]; key, value [B, Hkv, S, D] (the whole KV cache); attention_mask [B, 1, 1, S], bool
+    (True = attend) or additive float, or None. Returns ([B, 1, H, D], None) like transformers' sdpa.
+
+    transformers' sdpa path cannot use GQA with a mask, so it materialises K and V repeated H / Hkv times:
+    for a static cache that is ``2 * H/Hkv`` full copies of the cache per layer and step, which dominates
+    decoding (Qwen2.5-1.5B, H/Hkv = 6). Here the H/Hkv query heads that share a KV head are stacked as
+    rows of one matmul against that KV head, so the cache is read once and never copied:
+
+        scores[b, g, r, s] = scaling * <q[b, g*R + r], k[b, g, s]>        (R = H / Hkv)
+        out[b, g*R + r]    = sum_s softmax_s(scores + mask)[b, g, r, s] * v[b, g, s]
+
+    The arithmetic is transformers' eager attention (scores in the model dtype, softmax in fp32), which
+    is the same function as sdpa up to rounding; prefill and training forwards (more than one query token)
+    go to sdpa unchanged.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    n_rep = getattr(module, "num_key_value_groups", 1)
+    if query.shape[2] != 1 or n_rep == 1 or dropout or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    import torch
+
+    b, h, _, d = query.shape
+    hkv = key.shape[1]
+    scale = scaling if scaling is not None else d**-0.5
+    q = query.reshape(b, hkv, n_rep, d)  # [B, Hkv, R, D]; head g*R + r uses KV head g, as repeat_kv does
+    scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # [B, Hkv, R, S]
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[2]]  # [B, 1, 1, S] broadcasts over Hkv and R
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    out = torch.matmul(probs, value)  # [B, Hkv, R, D]
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None  # [B, 1, H, D]
+
+
+def _register_gqa_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(GQA_ATTENTION, gqa_decode_attention)
+    AttentionMaskInterface.register(GQA_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+
+
+class _attention_implementation:
+    """Context manager: switch a transformers model to ``name`` for the duration, then switch back."""
+
+    def __init__(self, model: Any, name: str | None) -> None:
+        self.model, self.name, self.saved = model, name, None
+
+    def __enter__(self) -> None:
+        config = getattr(self.model, "config", None)
+        current = getattr(config, "_attn_implementation", None)
+        if self.name is None or current is None or current == self.name or not hasattr(self.model, "set_attn_implementation"):
+            return
+        self.saved = current
+        self.model.set_attn_implementation(self.name)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved is not None:
+            self.model.set_attn_implementation(self.saved)
+
+
 def _logprob_recorder_class():
     """A ``LogitsProcessor`` that records log pi(sampled token) from the final processed scores.
 
@@ -176,7 +247,9 @@ class TransformersPolicy:
             ``"static"``: ``model.generate`` with a static KV cache whose size is rounded up to a multiple of
             ``cache_bucket`` (so successive calls reuse one cache and one compiled graph); on CUDA,
             transformers compiles the decoding forward (``torch.compile``, CUDA graphs). Batches are padded
-            to a multiple of 8 rows for the same reason (padding rows are dropped).
+            to a multiple of 8 rows for the same reason (padding rows are dropped). An ``sdpa`` model decodes
+            with :func:`gqa_decode_attention` for the duration of the call (same arithmetic as transformers'
+            eager attention, without copying the KV cache once per query head).
             ``"continuous"``: ``model.generate_batch`` (continuous batching, paged KV cache).
             ``"auto"``: ``"static"`` when the model is on CUDA (the fastest exact path measured, see
             ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
@@ -228,6 +301,10 @@ class TransformersPolicy:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (
             self.stop_token_ids[0] if self.stop_token_ids else 0
         )
+        # With no stop ids, generation must not stop at the model's own default EOS either: give transformers
+        # an id no token can have (the vocabulary size).
+        self._never_id = int(getattr(getattr(model, "config", None), "vocab_size", 2**31 - 1))
+        self._cache_len = 0  # static mode: the KV-cache length in use (only grows)
 
     # -- protocol ------------------------------------------------------------------------------------------
 
@@ -305,7 +382,7 @@ class TransformersPolicy:
             no_repeat_ngram_size=0,
             num_beams=1,
             num_return_sequences=1,
-            eos_token_id=list(self.stop_token_ids) or None,
+            eos_token_id=list(self.stop_token_ids) or [self._never_id],
             pad_token_id=self.pad_token_id,
             **extra,
         )
@@ -318,13 +395,16 @@ class TransformersPolicy:
         n_real = len(prompts)
         longest = max(len(p) for p in prompts)
         extra: dict[str, Any] = {}
+        attention = None
         if static:
             rows = round_up(n_real, 8)
             prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
-            extra = {
-                "cache_implementation": "static",
-                "max_cache_len": round_up(longest + self.max_new_tokens, self.cache_bucket),
-            }
+            # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
+            self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
+            extra = {"cache_implementation": "static", "max_cache_len": self._cache_len}
+            if getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
+                _register_gqa_attention()
+                attention = GQA_ATTENTION
         ids, mask = left_pad(prompts, longest, self.pad_token_id)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]
@@ -338,7 +418,7 @@ class TransformersPolicy:
             processors.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
         processors.append(recorder)  # last: sees exactly the scores the token is drawn from
 
-        with torch.no_grad():
+        with torch.no_grad(), _attention_implementation(self.model, attention):
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -372,7 +452,7 @@ class TransformersPolicy:
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=0,
-            eos_token_id=list(self.stop_token_ids) or None,
+            eos_token_id=list(self.stop_token_ids) or [self._never_id],
             pad_token_id=self.pad_token_id,
             **self.generate_kwargs,
         )

@@ -41,7 +41,7 @@ CONVERSATIONS = [
 def reference_logprobs(model, gen: Generation, temperature: float, top_p: float) -> torch.Tensor:
     """Teacher-forced log-probs of the sampled ids, from an unpadded forward pass, under the sampling
     distribution: softmax(logits / T) restricted to the top-p nucleus and renormalised."""
-    ids = torch.tensor([list(gen.prompt_ids) + list(gen.token_ids)])
+    ids = torch.tensor([list(gen.prompt_ids) + list(gen.token_ids)], device=model.device)
     with torch.no_grad():
         logits = model(ids).logits[0, len(gen.prompt_ids) - 1 : -1].float() / temperature  # [n, V]
     logp = torch.log_softmax(logits, dim=-1)
@@ -51,7 +51,7 @@ def reference_logprobs(model, gen: Generation, temperature: float, top_p: float)
         keep_sorted = (cum - sorted_lp.exp()) < top_p  # a token is kept while the mass before it is < p
         keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
         logp = torch.log_softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
-    return logp.gather(1, torch.tensor(gen.token_ids)[:, None]).squeeze(1)
+    return logp.gather(1, torch.tensor(gen.token_ids, device=logp.device)[:, None]).squeeze(1)
 
 
 # --- pure helpers -------------------------------------------------------------------------------------
@@ -321,3 +321,42 @@ def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok,
     assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in CONVERSATIONS]
     assert all(len(g.token_ids) == 8 and len(g.logprobs) == 8 for g in gens)
     assert all(math.isfinite(x) and x <= 0 for g in gens for x in g.logprobs)
+
+
+# --- grouped decode attention -------------------------------------------------------------------------
+
+
+class _Module:
+    num_key_value_groups = 3
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "none"])
+def test_gqa_decode_attention_equals_sdpa_over_repeated_kv_heads(mask_kind):
+    from kevin.core.policy import gqa_decode_attention
+
+    g = torch.Generator().manual_seed(0)
+    b, h, hkv, s, d = 2, 6, 2, 7, 8
+    q, k, v = torch.randn(b, h, 1, d, generator=g), torch.randn(b, hkv, s, d, generator=g), torch.randn(b, hkv, s, d, generator=g)
+    keep = torch.ones(b, 1, 1, s, dtype=torch.bool)
+    keep[0, :, :, :3] = False  # row 0: three left-padding positions
+    mask = {"bool": keep, "float": torch.zeros(b, 1, 1, s).masked_fill(~keep, float("-inf")), "none": None}[mask_kind]
+    out, _ = gqa_decode_attention(_Module(), q, k, v, mask, scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask, scale=0.3
+    ).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_static_mode_restores_the_models_attention_implementation(tok):
+    model = build_tiny_model(tok, seed=7)
+    before = model.config._attn_implementation
+    TransformersPolicy(model, tok, max_new_tokens=3, mode="static").generate(CONVERSATIONS[:1])
+    assert model.config._attn_implementation == before
+
+
+def test_static_mode_reuses_a_kv_cache_length_that_only_grows(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=4, mode="static", cache_bucket=64, stop_token_ids=())
+    policy.generate(CONVERSATIONS[2:])  # longest prompt first
+    first = policy._cache_len
+    policy.generate(CONVERSATIONS[:1])  # a shorter prompt keeps the longer cache
+    assert policy._cache_len == first and first % 64 == 0
