@@ -24,14 +24,13 @@ each menu's first (default) choice instead of a random one.
 
 >>> tasks = synthesize_tasks(2, seed=0)           # doctest: +SKIP
 >>> tasks[0].metadata["ops"]                      # doctest: +SKIP
-('Gemm', 'Mish', 'GroupNorm', 'Min')
+('ConvTranspose3d', 'ReLU', 'Max', 'HardSwish', 'Hardtanh', 'Subtract')
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import random
 import statistics
 import time
@@ -261,7 +260,7 @@ def _main_conv_transpose2d(b: _Builder) -> None:
     n = b.const("batch_size", b.choose([16, 32]), 2)
     cin = b.const("in_channels", b.choose([64, 32]), 4)
     cout = b.const("out_channels", b.choose([64, 32]), 8)
-    h = b.const("height", b.choose([32, 64]), 8)
+    h = b.const("height", b.choose([64, 32]), 8)
     w = b.const("width", b.consts[h][0], 8)
     k = b.const("kernel_size", 3, 3)
     b.init_args += [cin, cout, k]
@@ -274,7 +273,7 @@ def _main_conv_transpose2d(b: _Builder) -> None:
 
 
 def _main_conv_transpose3d(b: _Builder) -> None:
-    n = b.const("batch_size", b.choose([8, 16]), 2)
+    n = b.const("batch_size", b.choose([16, 8]), 2)
     cin = b.const("in_channels", b.choose([32, 16]), 3)
     cout = b.const("out_channels", b.choose([16, 32]), 8)
     d = b.const("depth", 8, 2)

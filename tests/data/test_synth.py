@@ -32,10 +32,10 @@ def test_render_writes_a_kernelbench_program_with_cpu_overrides():
 
 
 def test_shapes_are_tracked_through_transposed_conv_and_pooling():
-    # ConvTranspose2d doubles 32 px (GPU) / 8 px (CPU) to 64 / 16, max pooling halves it to 32 / 8;
-    # the sum over dim 1 leaves one channel: GPU (16, 1, 32, 32), CPU (2, 1, 8, 8)
+    # ConvTranspose2d doubles 64 px (GPU) / 8 px (CPU) to 128 / 16, max pooling halves it to 64 / 8;
+    # the sum over dim 1 leaves one channel: GPU (16, 1, 64, 64), CPU (2, 1, 8, 8)
     task = render_task(["ConvTranspose2d", "MaxPool", "Sum"])
-    assert output_shape_on_meta(task, "cuda") == (16, 1, 32, 32)
+    assert output_shape_on_meta(task, "cuda") == (16, 1, 64, 64)
     assert output_shape_on_meta(task, "cpu") == (2, 1, 8, 8)
 
 

@@ -729,7 +729,7 @@ REDUCTIONS: list[Spec] = [
 
         batch_size = 256
         reduce_size = 32
-        dim2 = 8192
+        dim2 = 16384
         reduce_dim = 1
 
 
