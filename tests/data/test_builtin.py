@@ -71,6 +71,19 @@ def test_task_runs_on_cpu_with_an_informative_output(task):
     assert informative_output_problems(inputs, out, other) == []
 
 
+# inputs that must stay positive for the op to be defined or finite: probabilities for a log, and
+# factors near 1 for a long product
+POSITIVE_BY_DESIGN = {"kevin-L1-KLDivLoss", "kevin-L1-Cumprod"}
+
+
+@pytest.mark.parametrize("task", [t for t in ALL if t.task_id not in POSITIVE_BY_DESIGN], ids=lambda t: t.task_id)
+def test_float_inputs_take_both_signs(task):
+    # on U[0,1) inputs ReLU, clamp(min=0) or Hardtanh are the identity and `return x` would pass
+    inputs, _ = run_reference(task, backend="cpu", seed=0)
+    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    assert floats and all(x.min() < 0 < x.max() for x in floats)
+
+
 @pytest.mark.parametrize("task", ALL, ids=IDS)
 def test_gpu_sizes_infer_on_meta_with_the_cpu_output_rank(task):
     # the GPU-size program builds and its shapes line up, without allocating anything

@@ -820,6 +820,7 @@ def _pairwise_loss(name: str, split: str, doc: str, expr: str) -> Spec:
         batch_size = 16384
         dim = 4096
 
+
         {_LOSS_INPUTS.strip()}
 
 
