@@ -33,6 +33,7 @@ Any field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 2
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import re
 import sys
@@ -49,7 +50,8 @@ from kevin.core.cli import parse_config
 @dataclass(frozen=True)
 class Config:
     model: str = "tiny"
-    """'tiny' (random 2-layer model for CPU runs), a checkpoint directory saved by a training recipe, or a hub id"""
+    """'tiny' (random 2-layer model for CPU runs), a training run's output_dir or one of its
+    checkpoints/step_N directories (train_multiturn.py / train_singleturn.py), or a hub id / from_pretrained dir"""
     engine: str = "transformers"
     """generation backend for --model: 'transformers' or 'vllm' (needs vllm installed and a GPU)"""
     api_model: str | None = None
@@ -90,6 +92,42 @@ def parse_configs(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def training_run(model: str) -> tuple[Path, dict] | None:
+    """(checkpoint dir, the run's saved config) when ``model`` names a training run or one of its
+    checkpoints (``<output_dir>/checkpoints/step_N``; a run dir means its latest checkpoint), else None."""
+    from kevin.core.checkpoint import latest_checkpoint
+
+    path = Path(model)
+    ckpt = latest_checkpoint(path / "checkpoints") if (path / "checkpoints").is_dir() else path
+    if ckpt is None or not (ckpt / "meta.json").is_file() or not (ckpt.parent.parent / "config.json").is_file():
+        return None
+    return ckpt, json.loads((ckpt.parent.parent / "config.json").read_text())
+
+
+def load_trained_model(ckpt: Path, saved: dict):
+    """(model, tokenizer) of a training checkpoint: the training recipe's own ``build_model`` rebuilds the
+    run's model (tiny, random:..., hub id; LoRA-wrapped when it was trained so), the checkpoint's trained
+    weights are loaded on top, and LoRA adapters are merged."""
+    from kevin.core.checkpoint import load_checkpoint
+
+    spec = importlib.util.spec_from_file_location("train_multiturn", Path(__file__).with_name("train_multiturn.py"))
+    train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # dataclasses look their module up while the recipe is imported
+    spec.loader.exec_module(train)
+    fields = {f.name for f in dataclasses.fields(train.Config)}
+    train_cfg = dataclasses.replace(train.Config(**{k: v for k, v in saved.items() if k in fields}),
+                                    gradient_checkpointing=False)
+    model, tokenizer = train.build_model(train_cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    weights = load_checkpoint(ckpt, names=["model"])["model"]
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in weights]
+    if missing:
+        raise SystemExit(f"{ckpt} lacks trained weights {missing[:3]} of the model its run's config.json describes")
+    model.load_state_dict(weights, strict=False)
+    model = model.merge_and_unload() if train_cfg.lora else model
+    print(f"loaded {len(weights)} trained tensors from {ckpt} onto {saved.get('model')}")
+    return model.requires_grad_(False).eval(), tokenizer
+
+
 def build_policy(cfg: Config):
     """The policy backend that --model / --api_model name."""
     sampling = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
@@ -110,6 +148,9 @@ def build_policy(cfg: Config):
 
     from kevin.core.policy import TransformersPolicy
 
+    run = training_run(cfg.model)
+    if run is not None:
+        return TransformersPolicy(*load_trained_model(*run), **sampling)
     on_gpu = torch.cuda.is_available()
     load = dict(dtype=torch.bfloat16 if on_gpu else torch.float32, device_map="cuda" if on_gpu else None)
     if (Path(cfg.model) / "adapter_config.json").exists():  # a LoRA checkpoint: base + adapter
@@ -125,7 +166,8 @@ def build_policy(cfg: Config):
 def main(argv: list[str]) -> Path:
     cfg = parse_config(Config, argv)
     # --- Derived settings: the tiny CPU default is scaled down so it finishes in a minute or two.
-    tiny = cfg.model == "tiny" and not cfg.api_model
+    run = None if cfg.api_model or cfg.from_rollouts else training_run(cfg.model)
+    tiny = not cfg.api_model and (cfg.model == "tiny" or (run is not None and run[1].get("model") == "tiny"))
     requested = cfg.configs
     pairs = parse_configs(cfg.configs or ("4x2,8x1" if tiny else "16x8,32x4,128x1"))
     cfg = dataclasses.replace(

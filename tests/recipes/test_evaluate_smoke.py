@@ -130,3 +130,36 @@ def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_p
     records = read_jsonl(out / "metrics.jsonl")
     assert [(r["table"], r.get("config")) for r in records] == [("turns", None), ("turns", None), ("budget", "1x2")]
     assert f"Evaluation of {tmp_path / 'ckpt'}" in (out / "report.md").read_text()
+
+
+def _load_recipe(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_weights(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from kevin.core.checkpoint import checkpoint_path, save_checkpoint
+    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+
+    evaluate, train = _load_recipe("evaluate"), _load_recipe("train_multiturn")
+    # a run of the tiny model (full fine-tuning) whose step-3 checkpoint moved every weight by +0.5
+    trained = {n: p.detach() + 0.5 for n, p in build_tiny_model(build_tiny_tokenizer()).named_parameters()}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dataclasses.asdict(train.Config(model="tiny", lora=False))))
+    save_checkpoint(checkpoint_path(run / "checkpoints", 1), {"model": {n: p - 0.5 for n, p in trained.items()}})
+    save_checkpoint(checkpoint_path(run / "checkpoints", 3), {"model": trained})
+    policy = evaluate.build_policy(evaluate.Config(model=str(run), max_new_tokens=8))  # run dir: latest step
+    for name, param in policy.model.named_parameters():
+        torch.testing.assert_close(param, trained[name], rtol=0, atol=0)
+    assert evaluate.training_run(str(run / "checkpoints" / "step_000001"))[0].name == "step_000001"
+    assert evaluate.training_run(str(tmp_path)) is None  # not a run: a hub id or from_pretrained dir
