@@ -21,6 +21,7 @@ Imports torch only.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -30,7 +31,9 @@ from torch import Tensor
 from kevin.core.loss import token_logprobs
 from kevin.core.types import Sample
 
-__all__ = ["Batch", "collate", "slice_batch", "micro_batches", "response_logprobs", "loss_weight"]
+__all__ = [
+    "Batch", "collate", "slice_batch", "micro_batches", "response_logprobs", "loss_weight", "split_minibatches",
+]
 
 
 @dataclass(frozen=True)
@@ -149,3 +152,25 @@ def response_logprobs(model: Any, batch: Batch, *, temperature: float = 1.0, chu
                 position_ids=batch.position_ids, logits_to_keep=L + 1, use_cache=False)
     logits = out.logits[:, -(L + 1) : -1]  # [B, L, V]
     return token_logprobs(logits, batch.response_ids, temperature=temperature, chunk_size=chunk_size)
+
+
+def split_minibatches(samples: Sequence[Sample], n: int, *, seed: int) -> list[list[Sample]]:
+    """Shuffle ``samples`` with ``random.Random(seed)`` and deal them into ``n`` mini-batches.
+
+    Sizes differ by at most one (10 samples, n = 2 -> 5 + 5; 7, n = 2 -> 4 + 3). Inside a mini-batch the
+    samples are sorted longest first (prompt + response), so consecutive micro-batches pad little.
+    The paper's "two gradient steps per batch" is ``n = 2`` (kevin-method.md section 5.4).
+    """
+    if n < 1:
+        raise ValueError(f"need n >= 1 mini-batches, got {n}")
+    order = list(samples)
+    random.Random(seed).shuffle(order)
+    size, extra = divmod(len(order), n)
+    out, start = [], 0
+    for i in range(n):
+        stop = start + size + (1 if i < extra else 0)
+        chunk = sorted(order[start:stop], key=lambda s: len(s.prompt_ids) + len(s.response_ids), reverse=True)
+        if chunk:
+            out.append(chunk)
+        start = stop
+    return out

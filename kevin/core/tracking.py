@@ -21,7 +21,10 @@ import math
 import os
 from typing import IO, Any, Iterable, Mapping
 
-__all__ = ["JsonlLogger", "NullLogger", "AccelerateLogger", "MultiLogger", "read_jsonl", "to_jsonable"]
+__all__ = [
+    "JsonlLogger", "NullLogger", "AccelerateLogger", "MultiLogger", "read_jsonl", "to_jsonable", "drop_records_from",
+    "markdown_table",
+]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -129,3 +132,40 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
                 break
             raise
     return records
+
+
+def drop_records_from(path: str | os.PathLike, step: int) -> int:
+    """Rewrite a JSONL file keeping only records with ``record["step"] < step``; returns how many were dropped.
+
+    A resumed run calls this before appending, so steps logged after the checkpoint it resumes from
+    (by the run that crashed) are not logged twice. Written to a temporary file, then renamed.
+    """
+    if not os.path.exists(path):
+        return 0
+    records = read_jsonl(path)
+    keep = [r for r in records if r.get("step", -1) < step]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in keep)
+    os.replace(tmp, path)
+    return len(records) - len(keep)
+
+
+def markdown_table(records: Iterable[Mapping[str, Any]], keys: Iterable[str], *, digits: int = 3) -> str:
+    """A markdown table with one row per record and one column per key ('' where a record lacks it).
+
+    >>> print(markdown_table([{"step": 1, "loss/policy": 0.12345}], ["step", "loss/policy"]))
+    | step | loss/policy |
+    | --- | --- |
+    | 1 | 0.123 |
+    """
+    keys = list(keys)
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.{digits}f}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(keys) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
+    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in records]
+    return "\n".join(lines)

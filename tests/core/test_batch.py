@@ -98,3 +98,23 @@ def test_weighted_micro_batch_losses_sum_to_the_full_batch_loss(tiny, aggregatio
             loss, _ = grpo_loss(mlp, mb.old_logprobs, mb.advantages, mb.mask, **kw)
             parts += loss * loss_weight(mb, full, aggregation)
     torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-6)
+
+
+def test_minibatches_partition_the_samples_in_near_equal_sizes():
+    from kevin.core.batch import split_minibatches
+
+    samples = [_sample([1] * (i + 1), [2]) for i in range(7)]
+    minis = split_minibatches(samples, 2, seed=0)
+    assert [len(m) for m in minis] == [4, 3]  # 7 = 4 + 3
+    assert sorted(len(s.prompt_ids) for m in minis for s in m) == list(range(1, 8))
+
+
+def test_minibatches_are_sorted_longest_first_and_depend_only_on_the_seed():
+    from kevin.core.batch import split_minibatches
+
+    samples = [_sample([1] * (i + 1), [2]) for i in range(8)]
+    a, b = split_minibatches(samples, 2, seed=3), split_minibatches(samples, 2, seed=3)
+    assert a == b
+    for mini in a:
+        lengths = [len(s.prompt_ids) for s in mini]
+        assert lengths == sorted(lengths, reverse=True)

@@ -66,3 +66,22 @@ def test_multi_logger_sends_to_every_logger(tmp_path):
     lg = MultiLogger([JsonlLogger(tmp_path / "m.jsonl"), AccelerateLogger(acc)])
     lg.log({"x": 1.0}, step=0)
     assert read_jsonl(tmp_path / "m.jsonl") == [{"step": 0, "x": 1.0}] and acc.logged == [({"x": 1.0}, 0)]
+
+
+def test_records_logged_after_the_resumed_step_are_dropped(tmp_path):
+    from kevin.core.tracking import drop_records_from
+
+    path = tmp_path / "m.jsonl"
+    lg = JsonlLogger(path)
+    for step in range(4):
+        lg.log({"x": step}, step=step)
+    lg.close()
+    assert drop_records_from(path, 2) == 2
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1]
+
+
+def test_markdown_table_leaves_missing_cells_empty():
+    from kevin.core.tracking import markdown_table
+
+    table = markdown_table([{"a": 1}, {"a": 2, "b": 0.5}], ["a", "b"])
+    assert table.splitlines()[2:] == ["| 1 |  |", "| 2 | 0.500 |"]

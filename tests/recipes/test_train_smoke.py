@@ -1,0 +1,90 @@
+"""Smoke tests: each training recipe runs two steps in a subprocess and writes what it promises.
+
+The runs use the tiny random policy, the CPU sandbox and built-in tasks, shrunk further by overrides
+(2 tasks x 2 trajectories x 2 turns, 8 new tokens). The tiny policy's answers never parse, so every
+kernel is a format error and the reward is 0: these tests check the plumbing (metrics, rollouts,
+checkpoints, report, exact resumption), and tests/recipes/test_learning.py checks that learning happens.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kevin.core.records import load_rollout
+from kevin.core.tracking import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--model", "tiny", "--backend", "cpu", "--tasks_per_step", "2", "--n_trajectories", "2",
+         "--max_new_tokens", "8", "--keep_checkpoints", "0"]
+TURNS = {"train_multiturn.py": 2, "train_singleturn.py": 1}  # the single-turn recipe keeps its own default
+
+
+def run_recipe(name: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    turns = ["--n_turns", "2"] if name == "train_multiturn.py" else []
+    cmd = [sys.executable, str(ROOT / "recipes" / name), *SMALL, *turns, "--output_dir", str(out), *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="module", params=["train_multiturn.py", "train_singleturn.py"])
+def two_steps(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param.removesuffix(".py"))
+    run_recipe(request.param, out, "--steps", "2")
+    return request.param, out
+
+
+def test_metrics_have_the_config_at_step_0_and_namespaced_metrics_for_each_step(two_steps):
+    _, out = two_steps
+    records = read_jsonl(out / "metrics.jsonl")
+    assert records[0]["step"] == 0 and records[0]["config"]["steps"] == 2
+    steps = [r for r in records if "loss/policy" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        for key in ("reward/score_mean", "reward/return_mean", "loss/policy", "train/grad_norm", "train/lr",
+                    "rollout/correct", "time/generation", "time/sandbox", "time/train", "perf/train_tokens_per_s"):
+            assert key in r, key
+        assert r["time/generation"] > 0 and r["train/tokens"] > 0
+
+
+def test_every_step_saves_its_rollout_with_every_turn(two_steps):
+    name, out = two_steps
+    turns = TURNS[name]
+    for step in (1, 2):
+        trajectories = load_rollout(out / "rollouts" / f"step_{step:06d}.jsonl.gz")
+        assert len(trajectories) == 2 * 2  # tasks x trajectories
+        assert all(len(t.turns) == turns for t in trajectories)
+        assert len({t.task_id for t in trajectories}) == 2
+
+
+def test_resolved_config_checkpoints_and_report_are_written(two_steps):
+    _, out = two_steps
+    config = json.loads((out / "config.json").read_text())
+    assert config["backend"] == "cpu" and config["max_new_tokens"] == 8
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["step_000001", "step_000002"]
+    meta = json.loads((out / "checkpoints" / "step_000002" / "meta.json").read_text())
+    assert set(meta["states"]) == {"model", "optimizer", "scheduler", "sampler", "rng", "trainer"}
+    assert "| step |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)  # same code in both recipes
+def test_resume_from_step_1_repeats_step_2_exactly(two_steps, tmp_path):
+    name, out = two_steps
+    resumed = tmp_path / "resumed"
+    run_recipe(name, resumed, "--steps", "2", "--resume", str(out / "checkpoints" / "step_000001"))
+    original = load_rollout(out / "rollouts" / "step_000002.jsonl.gz")
+    again = load_rollout(resumed / "rollouts" / "step_000002.jsonl.gz")
+    # the same next batch of tasks, and (RNG restored) the very same sampled tokens
+    assert [t.task_id for t in again] == [t.task_id for t in original]
+    assert [u.response_ids for t in again for u in t.turns] == [u.response_ids for t in original for u in t.turns]
+    a = [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] == 2][0]
+    b = [r for r in read_jsonl(resumed / "metrics.jsonl") if r["step"] == 2][0]
+    assert {k: a[k] for k in ("loss/policy", "train/tokens", "reward/return_mean")} == \
+        {k: b[k] for k in ("loss/policy", "train/tokens", "reward/return_mean")}
+    assert [r["step"] for r in read_jsonl(resumed / "metrics.jsonl")] == [2]  # step 1 is not re-run
