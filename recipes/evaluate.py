@@ -1,33 +1,37 @@
 """Test-time-scaling evaluation: m trajectories x n turns on the evaluation split, the paper's tables.
 
-For each configuration m x n (default: the paper's 16 x 8, 32 x 4 and 128 x 1, all 128 kernels per
-task) the model runs m independent trajectories of n refinement turns on every evaluation task, each
-kernel judged by the sandbox. From the saved rollouts it reports (kevin.core.report):
+For each configuration m x n (default: the paper's 16 x 8, 32 x 4 and 128 x 1, 128 kernels per task
+each) the model runs m independent trajectories of n refinement turns on every evaluation task, every
+kernel judged by the sandbox; each configuration is its own rollout. From the saved rollouts it
+reports (the pure functions of kevin.core.report, on kevin.core.metrics):
 
-- **Table 1 at every turn budget** (paper Table 1 and Fig. 5): for t = 1..n of the configuration with
-  the most turns, correctness and speedup best@m and avg@m, fast_1 and fast_1.5. A trajectory is
-  correct if one of its first t kernels is; its speedup is that of its fastest correct kernel, 0 if
-  none. best@k uses the unbiased estimator (Chen et al.), so k < m is also available.
-- **Table 2, equal budget** (paper Table 2 and, in the plots, Fig. 6): best@m of each configuration at
-  its n turns, with the compute each used (prompt and generated tokens, generation and sandbox
-  seconds). Serial turns re-read earlier kernels and feedback, so equal kernels are not equal compute;
-  the plot against generated tokens compares serial and parallel scaling at equal compute.
-- **95% bootstrap intervals over tasks** on every number.
+- **Table 1 at every turn budget** (paper Table 1; Fig. 5): for t = 1..n of the configuration with the
+  most turns, correctness and speedup best@m and avg@m, fast_1 and fast_1.5. A trajectory is correct
+  if one of its first t kernels is; its speedup is that of its fastest correct kernel, 0 if none.
+- **Table 2, equal budget** (paper Table 2): best@m of each configuration after its n turns, with the
+  compute each used (prompt and generated tokens, generation and sandbox seconds). Serial turns
+  re-read earlier kernels and feedback, so equal kernels are not equal compute.
+- **Scaling plot** (Fig. 6 and the blog's serial-vs-parallel comparison): best@k for k = 1..m of each
+  configuration (unbiased estimator of Chen et al.) against kernels and against generated tokens.
+- **Bootstrap intervals over tasks** (95% by default) on every number of both tables.
 
-Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` (every trajectory with every EvalResult, so a
-run can be re-scored), ``metrics.jsonl`` (one record per turn budget and per configuration),
-``report.md``, ``turns.png``, ``equal_budget.png`` and ``config.json``.
+Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` (every trajectory with every EvalResult: it
+can be re-scored and re-reported), ``metrics.jsonl`` (one record per turn budget, then one per
+configuration), ``report.md``, ``turns.png``, ``equal_budget.png`` and ``config.json``.
 
-How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``) unless ``--tasks``
-points to KernelBench; the sandbox's timing protocol is ours (DESIGN.md); the paper evaluated on H200s.
+How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``, 23 tasks) unless
+``--tasks`` points to KernelBench; correctness and timing follow our sandbox (DESIGN.md); the
+paper's numbers are on H200s with QwQ-32B-sized models. The CPU default is a pipeline check, not a
+result: the tiny random model writes no parseable kernel, so every number is 0.
 
 Launch:
-    python recipes/evaluate.py                                      # CPU: tiny model, CPU sandbox, ~1 min
-    python recipes/evaluate.py --from_rollouts runs/evaluate        # re-report saved rollouts, no model
-    python recipes/evaluate.py --model runs/train_multiturn/checkpoint-40 --tasks KernelBench/level1
-    python recipes/evaluate.py --model Qwen/QwQ-32B --engine vllm   # GPU, paper's 16x8, 32x4, 128x1
-    python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
-Any field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20``).
+    python recipes/evaluate.py                                    # CPU: tiny model, 2 tasks, 4x2 + 8x1, ~1 min
+    python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts; runs nothing
+    python recipes/evaluate.py --model runs/tiny                  # a training run (its latest checkpoint)
+    python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
+        # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
+    OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
+Every field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20 --n_bootstrap 2000``).
 """
 
 from __future__ import annotations
