@@ -3,6 +3,7 @@
 from .calibrate import CalibrationReport, calibrate, calibrate_many
 from .config import SandboxConfig
 from .result import STATUSES, EvalResult
+from .sandbox import Sandbox, evaluate
 
 
 def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False) -> list[str]:
@@ -12,4 +13,7 @@ def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: 
     return _check(candidate_src, backend=backend, allow_libraries=allow_libraries)
 
 
-__all__ = ["CalibrationReport", "EvalResult", "STATUSES", "SandboxConfig", "calibrate", "calibrate_many", "check_format"]
+__all__ = [
+    "CalibrationReport", "EvalResult", "STATUSES", "Sandbox", "SandboxConfig", "calibrate", "calibrate_many",
+    "check_format", "evaluate",
+]

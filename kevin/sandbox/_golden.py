@@ -18,6 +18,7 @@ import json
 import os
 import random
 import sys
+import time
 from typing import Any
 
 import torch
@@ -133,6 +134,8 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
                 sub[f"set{k}.out{i}"] = o
         save_file(sub, os.path.join(out_dir, "sub.safetensors"))
 
+    if job.get("measure_loop", True):
+        meta["loop_overhead_ms"] = loop_overhead_ms(sets, job, device)
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
         with torch.no_grad():
@@ -148,6 +151,21 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f)
     return meta
+
+
+def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.device) -> float:
+    """Wall time per call of the timing loop around a trusted copy of the first input: the loop's own cost.
+
+    The parent subtracts it from the per-call wall time it observes around a candidate's timing loop.
+    """
+    pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
+    first = next((i for i, v in enumerate(pool[0]) if isinstance(v, torch.Tensor)), None)
+    fn = (lambda a: a[first].clone()) if first is not None else (lambda a: None)
+    n_warmup, n_trials = int(job["timing"]["n_warmup"]), int(job["timing"]["n_trials"])
+    t0 = time.perf_counter()
+    run = timing.time_calls(fn, pool, device=device, n_warmup=n_warmup, n_trials=n_trials,
+                            budget_s=float(job["timing"]["budget_s"]), rng=random.Random(0))
+    return (time.perf_counter() - t0) * 1e3 / (n_warmup + len(run.samples_ms))
 
 
 def device_name(device: torch.device) -> str:

@@ -72,6 +72,7 @@ def run_golden(
         "n_sets": config.n_input_sets,
         "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
         "tasks": specs,
+        "measure_loop": mode != "calibrate" and config.measure_speed,
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s},
     }
     worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu))

@@ -1,0 +1,229 @@
+"""The candidate process: a fresh, throw-away process that runs one candidate and reports raw facts.
+
+``python -m kevin.sandbox._candidate JOB REPORT_FD COMMAND_FD``, started by the parent in a private
+scratch directory (cwd, HOME and TMPDIR), with a scrubbed environment, its own process group and, on the
+CPU backend, an address-space limit. It never decides anything: it receives input tensors (never the
+reference, its generator or the seed of the inputs), writes the candidate's outputs as safetensors and
+reports what it observed over the private pipe; the parent compares and decides.
+
+Order of work:
+
+1. poison uninitialised memory (deterministic mode with ``fill_uninitialized_memory``: ``torch.empty``
+   is NaN-filled; on CUDA the caching allocator is also pre-filled with NaN); snapshot numerics flags,
+   trusted function identities and the thread count;
+2. import the candidate (this is the compile stage: its ``load_inline`` builds, content-addressed),
+   with no GPU visible; report ``imported`` and wait;
+3. on ``go {gpu, inputs, ...}`` (sent when a device is free and the task's golden data exists) make that
+   GPU visible, build ``ModelNew(*init_inputs)`` right after ``torch.manual_seed(init_seed)``;
+4. for each input set: clone the inputs, run the candidate first (under the operator inventory of
+   :mod:`._inventory`), check the output's exact type, device, aliasing with the inputs, and that the
+   inputs are unchanged; copy the outputs out;
+5. send ``outputs`` and wait: the parent compares and answers ``time`` or ``stop``;
+6. time with fresh inputs per call and rechecks at secret positions (:mod:`.timing`); report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import secrets
+from typing import Any
+
+from . import _worker
+
+
+def _tag(exc: BaseException, phase: str) -> BaseException:
+    try:
+        exc.phase = phase  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    return exc
+
+
+def main(job: dict[str, Any], channel: _worker.Channel) -> None:
+    backend = job["backend"]
+    _worker.apply_limits(job.get("memory_limit") if backend == "cpu" else None)
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from . import _extension, _guards, _inventory, timing
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    torch.set_grad_enabled(False)
+    flags0 = _guards.numerics_flags()
+    ids = _guards.capture_identities()
+    threads0 = _guards.python_threads()
+
+    # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
+    channel.send("import_begin")
+    _extension.install(job["ext_root"], backend)
+    try:
+        module = _extension.import_candidate(job["candidate"])
+    except BaseException as exc:
+        raise _tag(exc, "import")
+    violations: list[str] = []
+
+    def audit(when: str) -> None:
+        violations.extend(f"{when}: numerics flag changed: {c}" for c in _guards.flag_changes(flags0, _guards.numerics_flags()))
+        violations.extend(f"{when}: {c}" for c in _guards.identity_changes(ids))
+        n = _guards.python_threads()
+        if n != threads0:
+            violations.append(f"{when}: the number of Python threads changed from {threads0} to {n}")
+
+    audit("after import")
+    channel.send("imported")
+
+    # ---- the parent hands over a device and the task's inputs once both are free / ready
+    command = channel.receive()
+    if not command.startswith("go "):
+        return
+    spec = json.loads(command[3:])
+    if backend == "cuda":
+        if torch.cuda.is_initialized():
+            raise _tag(RuntimeError("your program used the GPU while it was being loaded; do GPU work only in "
+                                    "ModelNew and its forward"), "import")
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
+    device = torch.device("cuda:0" if backend == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        _prefill_cuda_allocator(device)
+    tensors = load_file(spec["inputs"])
+
+    def args_of(entries: list[dict[str, Any]], prefix: str) -> list[Any]:
+        return [tensors[f"{prefix}.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(entries)]
+
+    def to_dev(xs: list[Any]) -> list[Any]:
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+
+    sets = [args_of(e, f"set{k}") for k, e in enumerate(spec["sets"])]
+    rechecks = [args_of(e, f"re{r}") for r, e in enumerate(spec["rechecks"])]
+    init_inputs = [tensors[f"init.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(spec["init_inputs"])]
+    rng = random.Random(secrets.randbits(64))
+    timing_args = dict(device=device, n_warmup=int(job["n_warmup"]), n_trials=int(job["n_trials"]),
+                       budget_s=float(job["budget_s"]))
+
+    model_cls = getattr(module, "ModelNew", None)
+    if not isinstance(model_cls, type):
+        raise _tag(TypeError("the program defines no class `ModelNew`"), "build")
+    torch.manual_seed(int(spec["init_seed"]))
+    try:
+        model = model_cls(*init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device).eval()
+    except BaseException as exc:
+        raise _tag(exc, "build")
+    channel.send("model_ready")
+
+    # ---- correctness: the candidate runs first, on clones
+    outputs: dict[str, torch.Tensor] = {}
+    torch_ops: dict[str, int] = {}
+    for k, raw in enumerate(sets):
+        originals = to_dev(raw)
+        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in originals]
+        inventory = _inventory.OpInventory() if job.get("inventory", True) else contextlib.nullcontext()
+        try:
+            with inventory:
+                out = model(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except BaseException as exc:
+            raise _tag(exc, f"forward on input set {k}")
+        n_threads = _guards.python_threads()
+        if n_threads != threads0:
+            violations.append(f"input set {k}: forward left {n_threads - threads0} extra Python thread(s) running")
+        if isinstance(inventory, _inventory.OpInventory):
+            for op in inventory.compute_ops:
+                torch_ops[op] = torch_ops.get(op, 0) + inventory.ops[op]
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        for i, o in enumerate(outs):
+            if type(o) is not torch.Tensor:
+                violations.append(f"input set {k}: output {i} is a {type(o).__name__}, not exactly a torch.Tensor")
+                continue
+            if o.device != device:
+                violations.append(f"input set {k}: output {i} is on {o.device}, expected {device}")
+            if _aliases(o, args):
+                violations.append(f"input set {k}: output {i} shares memory with an input (return a new tensor)")
+            outputs[f"set{k}.out{i}"] = o.detach().to("cpu", copy=True).contiguous()
+        changed = [j for j, (a, b) in enumerate(zip(args, originals)) if isinstance(a, torch.Tensor) and not _same_bits(a, b)]
+        if changed:
+            violations.append(f"input set {k}: the kernel modified its input(s) {changed} in place")
+        del out, outs, args
+    audit("after forward")
+    out_path = os.path.join(os.getcwd(), "outputs.safetensors")
+    save_file(outputs, out_path)
+    channel.send("outputs", file=out_path, n_outputs={f"set{k}": sum(1 for key in outputs if key.startswith(f"set{k}.")) for k in range(len(sets))},
+                 violations=violations, torch_ops=torch_ops)
+    if channel.receive() != "time":
+        return
+
+    # ---- timing: fresh inputs per call, rechecks at secret positions
+    pool = [to_dev(s) for s in sets]
+    n_trials = int(job["n_trials"])
+    positions = rng.sample(range(n_trials), min(len(rechecks), n_trials))
+    recheck_args = {p: to_dev(rechecks[r]) for r, p in enumerate(positions)}
+    threads_before = _guards.native_threads()
+    channel.send("timing_begin")
+    try:
+        run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args)
+    except BaseException as exc:
+        raise _tag(exc, "timing")
+    channel.send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
+    audit("after timing")
+    re_out: dict[str, torch.Tensor] = {}
+    for r, p in enumerate(positions):
+        snap = run.recheck_outputs.get(p)
+        if isinstance(snap, str) or snap is None:
+            violations.append(f"timed call {p}: {snap or 'no output'}")
+            continue
+        for i, o in enumerate(snap):
+            re_out[f"re{r}.out{i}"] = o.contiguous()
+    re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
+    save_file(re_out, re_path)
+    channel.send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
+                 violations=violations, native_threads=[threads_before, _guards.native_threads()])
+
+
+def _aliases(out: Any, args: list[Any]) -> bool:
+    """True when ``out``'s bytes overlap any input tensor's storage."""
+    import torch
+
+    if out.numel() == 0:
+        return False
+    o0 = out.untyped_storage().data_ptr()
+    o1 = o0 + out.untyped_storage().nbytes()
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.numel():
+            a0 = a.untyped_storage().data_ptr()
+            a1 = a0 + a.untyped_storage().nbytes()
+            if o0 < a1 and a0 < o1:
+                return True
+    return False
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)))
+
+
+def _prefill_cuda_allocator(device: Any, max_bytes: int = 8 << 30) -> None:
+    """Fill a large block of the caching allocator with NaN and free it: stale reads see NaN (hack B5)."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    n = min(max_bytes, int(free * 0.25)) // 4
+    if n > 0:
+        block = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
+        torch.cuda.synchronize(device)
+        del block
+
+
+if __name__ == "__main__":
+    _worker.run_main(main)

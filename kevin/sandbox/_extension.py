@@ -1,0 +1,69 @@
+"""Content-addressed builds for ``load_inline`` (used inside the compile and candidate processes).
+
+``torch.utils.cpp_extension.load_inline`` keys its build directory by the extension's ``name`` only, so
+two candidates reusing a name would share (and fight over) one build. Before the candidate module is
+imported, `install` replaces ``load_inline`` by a wrapper that sets ``build_directory`` to
+
+    <cache>/ext/<sha256(name, sources, functions, flags, backend, torch version, arch list, python)>
+
+so one source is compiled once and every later candidate with the same extension loads it in a fraction
+of a second, whatever its Python code around it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import sys
+from typing import Any
+
+KEY_ARGS = (
+    "name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags",
+    "extra_sycl_cflags", "extra_ldflags", "extra_include_paths", "with_cuda", "with_sycl", "is_python_module",
+    "with_pytorch_error_handling", "use_pch", "no_implicit_headers",
+)
+
+
+def build_key(arguments: dict[str, Any], backend: str) -> str:
+    """The content hash of one ``load_inline`` call (its bound arguments)."""
+    import torch
+
+    payload = {k: arguments.get(k) for k in KEY_ARGS}
+    payload["_env"] = [backend, torch.__version__, os.environ.get("TORCH_CUDA_ARCH_LIST", ""), sys.version_info[:2]]
+    blob = json.dumps(payload, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def install(ext_root: str, backend: str) -> None:
+    """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory."""
+    import torch.utils.cpp_extension as ce
+
+    original = ce.load_inline
+    signature = inspect.signature(original)
+
+    def load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        build_dir = os.path.join(ext_root, build_key(arguments, backend))
+        os.makedirs(build_dir, exist_ok=True)
+        arguments["build_directory"] = build_dir
+        return original(**arguments)
+
+    load_inline.__doc__ = original.__doc__
+    ce.load_inline = load_inline
+
+
+def import_candidate(path: str) -> Any:
+    """Import the candidate file as module ``candidate`` (this runs its ``load_inline`` calls)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("candidate", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate"] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,105 @@
+"""Worker-side tripwires: global numerics flags, identities of trusted functions, thread counts.
+
+Snapshots are taken before the candidate module is imported and compared after the import, after the
+correctness calls and after timing. Any difference rejects the candidate (hacks C2, C3, D2, D6).
+These run inside the candidate's process, so a candidate could in principle undo its change before the
+next snapshot; they are tripwires on top of the parent's own comparisons, not the gate itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+
+
+def _flush_denormal_on() -> bool:
+    # No getter exists: a denormal survives a multiplication by one unless flush-to-zero is on.
+    return float((torch.tensor([1e-40], dtype=torch.float32) * 1.0).item()) == 0.0
+
+
+_FLAG_GETTERS: dict[str, Callable[[], Any]] = {
+    "default_dtype": lambda: str(torch.get_default_dtype()),
+    "float32_matmul_precision": torch.get_float32_matmul_precision,
+    "cuda_matmul_allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "cuda_matmul_fp16_reduced": lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "cuda_matmul_bf16_reduced": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "cudnn_enabled": lambda: torch.backends.cudnn.enabled,
+    "cudnn_allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "cudnn_benchmark": lambda: torch.backends.cudnn.benchmark,
+    "cudnn_deterministic": lambda: torch.backends.cudnn.deterministic,
+    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+    "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
+    "fill_uninitialized_memory": lambda: torch.utils.deterministic.fill_uninitialized_memory,
+    "flush_denormal": _flush_denormal_on,
+    "num_threads": torch.get_num_threads,
+    "num_interop_threads": torch.get_num_interop_threads,
+    "grad_enabled": torch.is_grad_enabled,
+}
+
+
+def numerics_flags() -> dict[str, Any]:
+    """The global numerics state: default dtype, TF32, cudnn, matmul precision, determinism, threads."""
+    out: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, get in _FLAG_GETTERS.items():
+            try:
+                out[name] = get()
+            except Exception as exc:  # noqa: BLE001 - a getter missing in this torch version
+                out[name] = f"unavailable: {type(exc).__name__}"
+    return out
+
+
+def flag_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+
+
+def _trusted_objects() -> dict[str, Any]:
+    import json
+
+    import safetensors.torch as st
+
+    objs: dict[str, Any] = {
+        "torch.allclose": torch.allclose, "torch.isclose": torch.isclose, "torch.equal": torch.equal,
+        "torch.manual_seed": torch.manual_seed, "torch.roll": torch.roll, "torch.empty": torch.empty,
+        "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
+        "time.perf_counter": time.perf_counter, "time.monotonic": time.monotonic,
+        "os.write": os.write, "json.dumps": json.dumps, "safetensors.save_file": st.save_file,
+        "builtins.type": builtins.type, "builtins.isinstance": builtins.isinstance,
+        "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+    }
+    for name in ("__eq__", "__ne__", "__sub__", "__torch_function__", "clone", "to", "copy_", "data_ptr",
+                 "detach", "contiguous", "numel", "element_size", "untyped_storage", "equal"):
+        objs[f"torch.Tensor.{name}"] = vars(torch.Tensor).get(name) or vars(torch._C.TensorBase).get(name)
+    for name in ("record", "elapsed_time", "synchronize", "__init__", "__new__"):
+        objs[f"torch.cuda.Event.{name}"] = vars(torch.cuda.Event).get(name)
+    objs["torch.nn.Module.__call__"] = vars(torch.nn.Module).get("__call__")
+    objs["torch.nn.Module._call_impl"] = vars(torch.nn.Module).get("_call_impl")
+    return objs
+
+
+def capture_identities() -> dict[str, Any]:
+    """References to the functions the harness relies on, to compare by identity later."""
+    return _trusted_objects()
+
+
+def identity_changes(captured: dict[str, Any]) -> list[str]:
+    now = _trusted_objects()
+    return [f"{k} was replaced" for k, v in captured.items() if now.get(k) is not v]
+
+
+def python_threads() -> int:
+    return threading.active_count()
+
+
+def native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1

@@ -1,0 +1,44 @@
+"""A runtime inventory of the PyTorch operators a candidate's forward dispatches (hacks A1-A5).
+
+Inside the candidate process, each correctness call runs under a ``TorchDispatchMode`` that records every
+ATen operator reaching the dispatcher, whether it was called from Python (``torch.relu``, ``F.linear``,
+``x @ w``) or from the candidate's C++ (``torch::matmul``, ``at::relu``: C++ calls go through the same
+dispatcher). Allocation, copies, views and shape queries are allowed; anything else means the forward
+delegated compute to PyTorch. This sees what a static scan cannot: a ghost branch that is taken, a
+try/except fallback that fired, a delegated reference, an obfuscated ``getattr(torch, "re" + "lu")``.
+It does not see raw library calls (cuBLAS/cuDNN called directly from C++), which bypass the dispatcher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ALLOWED = frozenset("""
+empty empty_like empty_strided empty_permuted new_empty new_empty_strided zeros zeros_like new_zeros ones
+ones_like new_ones full full_like new_full fill_ zero_ detach detach_ alias lift_fresh lift_fresh_copy view
+_unsafe_view reshape _reshape_alias as_strided as_strided_ expand expand_as t t_ transpose transpose_
+permute unsqueeze unsqueeze_ squeeze squeeze_ select slice split split_with_sizes chunk unbind narrow
+flatten unflatten view_as movedim diagonal unfold clone copy_ _to_copy contiguous resize_ resize_as_ set_
+_local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset is_same_size
+_has_compatible_shallow_copy_type _pin_memory _nested_tensor_from_mask_left_aligned
+""".split())
+
+
+class OpInventory(TorchDispatchMode):
+    """Records the overload-packet name of every dispatched ATen op; ``compute_ops`` = the disallowed ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        packet = getattr(func, "overloadpacket", None)
+        name = getattr(packet, "__name__", None) or str(func)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def compute_ops(self) -> list[str]:
+        return sorted(op for op in self.ops if op not in ALLOWED)

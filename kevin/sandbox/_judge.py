@@ -1,0 +1,251 @@
+"""The trusted parent's side of one candidate: start its process, hand it a device, compare, decide.
+
+Everything that decides the verdict happens here, in the caller's process: the comparison of the output
+bytes (read from a safetensors file at a path the parent chose) with golden outputs held only in this
+process's memory, the recheck of timed outputs, the wall-clock cross-check (timestamps taken here when
+the worker's lines arrive), and the final status. A missing message, a malformed line, an early exit
+(even ``os._exit(0)``), a signal or a hang is a failure: the only way to "correct" is a complete protocol
+run whose outputs match.
+
+Life of a `CandidateRun`: spawn (no GPU visible) -> ``imported`` within the compile timeout (this is the
+compile stage: the module's ``load_inline`` builds) -> ``go`` with a device and the task's inputs ->
+``outputs`` -> compare -> ``time`` -> ``report`` -> recheck, wall-clock check -> verdict.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from . import _golden_run, _process, compare, feedback
+from .config import SandboxConfig
+from .result import EvalResult
+
+PHASE_TEXT = {
+    "": "starting the sandbox process",
+    "import_begin": "compiling and loading your program",
+    "imported": "preparing the inputs",
+    "model_ready": "running your kernel on the correctness inputs",
+    "outputs": "running your kernel on the correctness inputs",
+    "timing_begin": "timing your kernel",
+    "timing_end": "timing your kernel",
+}
+
+
+def torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
+    """The candidate's outputs for one set, read from bytes; a reason string when missing or malformed."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="pt") as f:
+            keys = set(f.keys())
+            wanted = [f"{prefix}.out{i}" for i in range(n)]
+            missing = [i for i, k in enumerate(wanted) if k not in keys]
+            if missing:
+                return f"output {missing[0]} is missing or is not a tensor"
+            extra = [k for k in keys if k.startswith(prefix + ".") and k not in wanted]
+            if extra:
+                return f"returned {n + len(extra)} outputs, expected {n}"
+            return [f.get_tensor(k) for k in wanted]
+    except Exception as exc:  # noqa: BLE001 - a missing or corrupt file is the candidate's failure
+        return f"its outputs could not be read ({type(exc).__name__})"
+
+
+def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_overhead_ms: float,
+               config: SandboxConfig) -> dict[str, Any]:
+    """Per-call time implied by the parent's own clock, against the reported median.
+
+    implied = (t_arrival(timing_end) - t_arrival(timing_begin)) / calls - loop_overhead, where the loop
+    overhead was measured by the golden process running the identical loop around a trusted copy.
+    Fails when implied > max_wall_ratio * reported + (0.25 ms + 5% of the overhead).
+    """
+    if "timing_begin" not in messages or "timing_end" not in messages:
+        return {"ok": False, "reason": "the timing messages are incomplete"}
+    calls = max(1, int(messages["timing_end"].data.get("n_calls", 1)))
+    implied = (messages["timing_end"].t - messages["timing_begin"].t) * 1e3 / calls - loop_overhead_ms
+    slack = 0.25 + 0.05 * loop_overhead_ms
+    ok = implied <= config.max_wall_ratio * reported_ms + slack
+    return {"ok": ok, "implied_ms": implied, "reported_ms": reported_ms, "loop_overhead_ms": loop_overhead_ms,
+            "reason": "" if ok else (f"the parent's wall clock implies {implied:.4g} ms per call, but the kernel reported "
+                                    f"{reported_ms:.4g} ms (the timer was tampered with or work escaped the timed region)")}
+
+
+def _violations(msg: _process.Message) -> list[str]:
+    v = msg.data.get("violations", [])
+    return [str(x) for x in v] if isinstance(v, list) else ["the report is malformed"]
+
+
+class CandidateRun:
+    """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
+
+    def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, arch: str = "", max_jobs: int = 1):
+        self.config = config
+        self.backend = backend
+        self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
+        self.t0 = time.monotonic()
+        self.details: dict[str, Any] = {}
+        cand = os.path.join(self.scratch, "candidate.py")
+        with open(cand, "w") as f:
+            f.write(src)
+        job = {
+            "candidate": cand, "backend": backend, "ext_root": os.path.join(cache_dir, "ext"),
+            "memory_limit": config.memory_limit_bytes, "measure_speed": config.measure_speed,
+            "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
+            "inventory": config.kernel_inventory,
+        }
+        extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": "",
+                 "MAX_JOBS": str(max(1, max_jobs))}
+        if arch:
+            extra["TORCH_CUDA_ARCH_LIST"] = arch
+        self.worker = _process.Worker("kevin.sandbox._candidate", job, scratch=self.scratch,
+                                      env=_process.scrubbed_env(self.scratch, extra))
+
+    def close(self) -> None:
+        self.worker.kill()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # ---------------------------------------------------------------- stage 1: compile (import)
+    def wait_imported(self) -> EvalResult | None:
+        """None once the module imported; else its compile_error / runtime_error / timeout result."""
+        deadline = time.monotonic() + self.config.compile_timeout_s
+        msg = self.worker.wait_for(("imported",), deadline)
+        self.details["compile_seconds"] = round(time.monotonic() - self.t0, 3)
+        if msg is not None and msg.event == "imported":
+            return None
+        if msg is not None and msg.event == "error":
+            log = str(msg.data.get("message", ""))
+            self.details["compile_log"] = log[-8000:]
+            return EvalResult("compile_error", feedback.compile_error_feedback(log), details=self.details)
+        return self._crash(msg, deadline, self.config.compile_timeout_s)
+
+    # ---------------------------------------------------------------- stage 2: run and decide
+    def judge(self, golden: _golden_run.Golden, *, gpu: str | None, baseline_ms: float | None) -> EvalResult:
+        config = self.config
+        t_go = time.monotonic()
+        inputs = os.path.join(self.scratch, "inputs.safetensors")
+        shutil.copyfile(golden.inputs_path, inputs)
+        spec = {
+            "gpu": gpu or "", "inputs": inputs,
+            "sets": [s["inputs"] for s in golden.meta["sets"]],
+            "rechecks": [r["inputs"] for r in golden.meta["rechecks"]] if config.measure_speed else [],
+            "init_inputs": golden.meta["init_inputs"], "init_seed": golden.meta["init_seed"],
+        }
+        self.details["set_names"] = list(golden.meta.get("set_names", []))
+        self.worker.send("go " + json.dumps(spec))
+        deadline = time.monotonic() + config.run_timeout_s
+
+        msg = self.worker.wait_for(("outputs",), deadline)
+        if msg is None or msg.event != "outputs":
+            return self._crash(msg, deadline, config.run_timeout_s)
+        self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
+        torch_ops = msg.data.get("torch_ops")
+        if config.kernel_inventory and (not isinstance(torch_ops, dict) or torch_ops):
+            self.details["torch_ops"] = torch_ops
+            names = ", ".join(f"aten.{op}" for op in sorted(torch_ops or {})[:6]) or "(malformed inventory)"
+            return EvalResult("format_error", feedback.trim(
+                f"Format error: your forward called PyTorch operators ({names}) instead of doing the work in your "
+                "own kernel. Only allocation, copies and views may go through PyTorch."), details=self.details)
+        violations = _violations(msg)
+        if violations:
+            self.details["violations"] = violations
+            return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
+        verdict = self._compare_sets(golden)
+        if not verdict.ok:
+            return EvalResult("incorrect", feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error),
+                              max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error, details=self.details)
+        if not config.measure_speed:
+            return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
+                              max_rel_error=verdict.max_rel_error, details=self.details)
+
+        self.worker.send("time")
+        msg = self.worker.wait_for(("report",), deadline)
+        if msg is None or msg.event != "report":
+            return self._crash(msg, deadline, config.run_timeout_s)
+        self.details["run_seconds"] = round(time.monotonic() - t_go, 3)
+
+        def bad(reason: str) -> EvalResult:
+            return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,
+                              max_rel_error=verdict.max_rel_error, details=self.details)
+
+        timing = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}
+        self.details["timing"] = timing
+        violations = _violations(msg)
+        if violations:
+            self.details["violations"] = violations
+            return bad(violations[0])
+        re_path = os.path.join(self.scratch, "rechecks.safetensors")
+        for r, entry in enumerate(golden.meta["rechecks"]):
+            outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
+            if isinstance(outs, str):
+                return bad(f"a timed call's output was not recorded: {outs}")
+            c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]),
+                                        atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
+            if not c.ok:
+                return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
+        median = timing.get("median_ms")
+        if not isinstance(median, (int, float)) or median != median or median < 0:
+            return bad("the timing report is malformed")
+        events = {m.event: m for m in self.worker.messages}
+        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config)
+        self.details["wall_check"] = wall
+        if not wall["ok"]:
+            return bad(wall["reason"])
+        runtime = max(float(median), 1e-6)
+        return EvalResult("correct", feedback.correct_feedback(runtime, baseline_ms), runtime_ms=runtime,
+                          baseline_ms=baseline_ms, max_abs_error=verdict.max_abs_error,
+                          max_rel_error=verdict.max_rel_error, details=self.details)
+
+    def _compare_sets(self, golden: _golden_run.Golden) -> compare.Comparison:
+        out_path = os.path.join(self.scratch, "outputs.safetensors")
+        comparisons = []
+        for k, entry in enumerate(golden.meta["sets"]):
+            label = f"input set {k} ({golden.meta['set_names'][k]})"
+            outs = _load_outputs(out_path, f"set{k}", entry["n_outputs"])
+            if isinstance(outs, str):
+                comparisons.append(compare.Comparison(False, f"{label}: {outs}"))
+                break
+            refs = golden.set_outputs(f"set{k}", entry["n_outputs"])
+            comparisons.append(compare.compare_outputs(outs, refs, atol=self.config.atol, rtol=self.config.rtol, label=label))
+            if not comparisons[-1].ok:
+                break
+        self.details["per_set"] = [{"ok": c.ok, "max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error}
+                                   for c in comparisons]
+        return compare.combine(comparisons)
+
+    def _crash(self, msg: _process.Message | None, deadline: float, limit_s: float) -> EvalResult:
+        """The status for a run that ended without the message it owed: error, garbage, timeout or death."""
+        last = next((m.event for m in reversed(self.worker.messages) if m.event in PHASE_TEXT), "")
+        phase = PHASE_TEXT[last]
+        details = self.details
+        if msg is not None and msg.event == "error":
+            where = str(msg.data.get("phase", "unknown"))
+            text = str(msg.data.get("message", ""))
+            details["traceback"] = text
+            if where == "import":
+                return EvalResult("compile_error", feedback.compile_error_feedback(text), details=details)
+            return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),
+                              details=details)
+        if msg is not None and msg.event == "garbage":
+            return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                "your program wrote to the sandbox's private report channel; that is not allowed"), details=details)
+        if self.worker.timed_out(deadline):
+            self.worker.kill()
+            return EvalResult("timeout", feedback.timeout_feedback(phase, limit_s), details=details)
+        rc = self.worker.finish(time.monotonic() + 10)
+        tail = self.worker.log_tail(1500)
+        details["log_tail"] = tail
+        return EvalResult("runtime_error", feedback.runtime_error_feedback(
+            f"the process ended while {phase} ({_process.describe_exit(rc)}) without finishing the checks.\n{tail[-700:]}"),
+            details=details)

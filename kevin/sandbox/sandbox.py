@@ -1,0 +1,227 @@
+"""`Sandbox` and `evaluate`: the pipeline static check -> compile -> golden -> candidate run -> verdict.
+
+Standard library only at module level (torch is imported lazily, to ask for CUDA devices).
+
+Throughput: `Sandbox.evaluate_many` gives every job a thread; at most ``config.workers`` compile
+processes run at once (CPU cores), a source is compiled once (content hash), golden data is computed
+once per task and kept in memory, and each device runs one golden or candidate process at a time, so
+timings never overlap on a device. Baseline timings are cached on disk per (task source, device name,
+timing settings, torch version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from . import _golden_run, _judge, _resolve, feedback
+from .config import SandboxConfig
+from .result import EvalResult
+
+
+def _static_check(src: str, backend: str, allow_libraries: bool) -> list[str] | None:
+    """The static layer's violations; None when `kevin.sandbox.static` is not available."""
+    try:
+        from .static import check_format
+    except ImportError:
+        return None
+    return check_format(src, backend=backend, allow_libraries=allow_libraries)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"cpu:{line.split(':', 1)[1].strip()}:{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"cpu:{os.cpu_count()}"
+
+
+class _DevicePool:
+    """Hands out device slots (GPU ids, or one "cpu" slot) one holder at a time."""
+
+    def __init__(self, slots: Sequence[Any]):
+        self._free = list(slots)
+        self._cond = threading.Condition()
+
+    def acquire(self) -> Any:
+        with self._cond:
+            while not self._free:
+                self._cond.wait()
+            return self._free.pop(0)
+
+    def release(self, slot: Any) -> None:
+        with self._cond:
+            self._free.append(slot)
+            self._cond.notify()
+
+
+class Sandbox:
+    """A reusable evaluator bound to a device ("cpu", "cuda" = all visible GPUs, or "cuda:N").
+
+    Holds a secret seed for the whole run (unless ``config.seed`` is set), golden data per task in memory,
+    and a private temporary directory removed when the Sandbox is garbage-collected.
+    """
+
+    def __init__(self, device: str = "cuda", config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+        self.spec = _resolve.resolve_device(device)
+        self.device = device
+        self.backend = self.spec.backend
+        self.cache_dir = self.config.resolved_cache_dir()
+        os.makedirs(self.cache_dir, exist_ok=True)
+        self._seed = self.config.seed if self.config.seed is not None else secrets.randbits(63)
+        self._root = tempfile.mkdtemp(prefix="kevin-sandbox-")
+        os.chmod(self._root, 0o700)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, True)
+        self._golden: dict[str, _golden_run.Golden] = {}
+        self._golden_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._compile_slots = threading.Semaphore(self.config.workers)
+        self.arch = ""
+        self._device_names: dict[Any, str] = {}
+        if self.backend == "cuda":
+            import torch
+
+            slots: list[Any] = list(self.spec.gpus)
+            cap = torch.cuda.get_device_capability(slots[0])
+            self.arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{cap[0]}.{cap[1]}"
+            self._device_names = {g: torch.cuda.get_device_name(g) for g in slots}
+        else:
+            slots = ["cpu"]
+            self._device_names = {"cpu": _cpu_name()}
+        self._devices = _DevicePool(slots)
+        # Candidate processes alive at once: the compiling ones plus a short queue per device.
+        self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
+
+    # ------------------------------------------------------------------ public API
+    def evaluate(self, task: Any, candidate_src: str) -> EvalResult:
+        """Evaluate one candidate for one task (see `evaluate_many`)."""
+        return self.evaluate_many([(task, candidate_src)])[0]
+
+    def evaluate_many(self, jobs: Sequence[tuple[Any, str]]) -> list[EvalResult]:
+        """Evaluate (task, candidate source) pairs; results in job order; never raises for a bad candidate."""
+        sources = []
+        for task, src in jobs:
+            if not isinstance(src, str):
+                raise ValueError(f"candidate source must be a string, not {type(src).__name__}")
+            task_src = task.source_for(self.backend)
+            _resolve.validate_task_source(task_src, getattr(task, "task_id", ""))
+            sources.append(task_src)
+        if not jobs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(len(jobs), 256)) as pool:
+            futures = [pool.submit(self._pipeline, task_src, src) for task_src, (_, src) in zip(sources, jobs)]
+            return [f.result() for f in futures]
+
+    # ------------------------------------------------------------------ stages
+    def _pipeline(self, task_src: str, src: str) -> EvalResult:
+        t0 = time.monotonic()
+        try:
+            if self.config.static_checks:
+                violations = _static_check(src, self.backend, self.config.allow_libraries)
+                if violations:
+                    return EvalResult("format_error", feedback.format_error_feedback(violations),
+                                      details={"violations": list(violations)})
+            with self._live:
+                max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
+                with self._compile_slots:
+                    run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
+                                              arch=self.arch, max_jobs=max_jobs)
+                    try:
+                        failed = run.wait_imported()
+                    except BaseException:
+                        run.close()
+                        raise
+                try:
+                    if failed is not None:
+                        return failed
+                    slot = self._devices.acquire()
+                    try:
+                        golden = self._golden_for(task_src, slot)
+                        if golden.error is not None:
+                            return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                                "the reference program itself failed in the sandbox; this task cannot be evaluated"),
+                                details={"golden_error": golden.error})
+                        baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
+                        result = run.judge(golden, gpu=self._gpu_env(slot), baseline_ms=baseline)
+                    finally:
+                        self._devices.release(slot)
+                finally:
+                    run.close()
+            details = dict(result.details)
+            details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot])
+            return EvalResult(result.status, result.feedback, result.runtime_ms, result.baseline_ms,
+                              result.max_abs_error, result.max_rel_error, details)
+        except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
+            return EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this kernel.",
+                              details={"internal_error": traceback.format_exc()[-4000:]})
+
+    def _gpu_env(self, slot: Any) -> str | None:
+        return _resolve.physical_gpu(slot) if self.backend == "cuda" else None
+
+    def _baseline_path(self, task_src: str, slot: Any) -> str:
+        key = _resolve.sha256(task_src, self.backend, self._device_names[slot],
+                              json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version())
+        return os.path.join(self.cache_dir, "baselines", key + ".json")
+
+    def _baseline(self, task_src: str, slot: Any) -> float | None:
+        path = self._baseline_path(task_src, slot)
+        try:
+            with open(path) as f:
+                return float(json.load(f)["baseline_ms"])
+        except (OSError, ValueError, KeyError):
+            pass
+        golden = self._golden.get(_resolve.sha256(task_src))
+        summary = (golden.meta.get("baseline") if golden else None) or {}
+        if summary.get("median_ms") is None:
+            # Golden data came from a device of another name (or without timing): time it here now.
+            fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
+                                           seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
+            summary = (fresh.meta.get("baseline") or {}) if fresh.error is None else {}
+        if summary.get("median_ms") is None:
+            return None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            json.dump({"baseline_ms": summary["median_ms"], "timing": summary, "device_name": self._device_names[slot]}, f)
+        os.replace(tmp, path)
+        return float(summary["median_ms"])
+
+    def _golden_for(self, task_src: str, slot: Any) -> _golden_run.Golden:
+        key = _resolve.sha256(task_src)
+        with self._lock:
+            lock = self._golden_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._golden:
+                need_baseline = self.config.measure_speed and not os.path.exists(self._baseline_path(task_src, slot))
+                self._golden[key] = _golden_run.run_golden(
+                    [(key[:16], task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
+                    seed=self._seed, baseline_keys=frozenset({key[:16]}) if need_baseline else frozenset(),
+                )[key[:16]]
+            return self._golden[key]
+
+
+_DEFAULT: dict[tuple[str, SandboxConfig], Sandbox] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def evaluate(task: Any, candidate_src: str, *, device: str = "cuda", config: SandboxConfig | None = None) -> EvalResult:
+    """Evaluate one candidate with a process-wide `Sandbox` for (device, config) (one secret seed per run)."""
+    config = config or SandboxConfig()
+    with _DEFAULT_LOCK:
+        sandbox = _DEFAULT.get((device, config))
+        if sandbox is None:
+            sandbox = _DEFAULT[(device, config)] = Sandbox(device, config)
+    return sandbox.evaluate(task, candidate_src)

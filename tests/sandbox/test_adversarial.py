@@ -1,0 +1,110 @@
+"""One adversarial candidate per attack of sandbox-threats.md §3 that applies to the CPU backend.
+
+Each must end not-correct with a reason. Three layers are proven separately:
+
+- `full_sandbox`: everything on (what training uses);
+- `inventory_sandbox`: static checks bypassed, so the runtime operator inventory must catch A1-A5/E4;
+- `dynamic_sandbox`: static checks and inventory bypassed, so the value, protocol and process checks must
+  catch the rest on their own.
+"""
+
+import pytest
+
+from conftest import RELU_TASK, ROW_SUM_TASK, load_candidate
+
+# Caught by the static layer alone (no process is started for these).
+STATIC = [
+    "a1_reference_op_python", "a2_aten_call_cpp", "a3_try_except_fallback", "a4_inherit_reference",
+    "a5_ghost_branch", "a6_torch_compile", "b1_zeros_output", "b6_half_precision_output",
+    "b7_read_reference_frames", "c2_numerics_flags", "c3_monkeypatch_allclose", "c4_patch_input_generator",
+    "d2_background_thread", "d3_lazy_tensor_subclass", "d6_timer_monkeypatch", "e2_os_exit_import",
+    "e4_obfuscated_exec",
+]
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_the_static_layer_rejects_the_attack_before_compiling(full_sandbox, name):
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate(name))
+    assert r.status == "format_error", r.feedback
+    assert r.details["violations"]
+
+
+# Pure-Python or C++ delegation to PyTorch, seen at run time by the operator inventory.
+INVENTORY = {
+    "a1_reference_op_python": "aten.relu",
+    "a2_aten_call_cpp": "aten.relu",
+    "a3_try_except_fallback": "aten.relu",
+    "a4_inherit_reference": "aten.relu",
+    "a5_ghost_branch": "aten.clamp",
+    "e4_obfuscated_exec": "aten.relu",
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVENTORY))
+def test_the_operator_inventory_rejects_delegation_to_pytorch_without_static_checks(inventory_sandbox, warm_builds, name):
+    r = inventory_sandbox.evaluate(RELU_TASK, load_candidate(name))
+    assert r.status == "format_error", r.feedback
+    assert INVENTORY[name] in r.feedback
+
+
+# (candidate, task, words the reason must contain): the dynamic gate alone.
+DYNAMIC = {
+    "b1_zeros_output": (RELU_TASK, "differs from the reference"),
+    "b1_constant_output": (RELU_TASK, "differs from the reference"),
+    "b2_input_passthrough": (RELU_TASK, "shares memory with an input"),
+    "b2_input_copy": (RELU_TASK, "(signed)"),
+    "b3_analytic_row_sum": (ROW_SUM_TASK, "differs from the reference"),
+    "b4_subsampled_row_sum": (ROW_SUM_TASK, "differs from the reference"),
+    "b5_uninitialized_output_cpp": (RELU_TASK, "NaN"),
+    "b5_partial_write_cpp": (RELU_TASK, "NaN"),
+    "b6_half_precision_output": (RELU_TASK, "dtype torch.float16"),
+    "b7_read_reference_frames": (RELU_TASK, "differs from the reference"),
+    "b8_fixed_seed_replay": (RELU_TASK, "differs from the reference"),
+    "c1_input_mutation": (RELU_TASK, "modified its input"),
+    "c2_numerics_flags": (RELU_TASK, "numerics flag changed"),
+    "c3_monkeypatch_allclose": (RELU_TASK, "torch.allclose was replaced"),
+    "c4_patch_input_generator": (RELU_TASK, "differs from the reference"),  # inputs come from elsewhere
+    "c5_first_n_calls_correct": (RELU_TASK, "timed call"),
+    "d2_background_thread": (RELU_TASK, "Python thread"),
+    "d3_lazy_tensor_subclass": (RELU_TASK, "not exactly a torch.Tensor"),
+    "d4_cache_by_data_ptr": (RELU_TASK, "differs from the reference"),
+    "d6_timer_monkeypatch": (RELU_TASK, "time.perf_counter was replaced"),
+    "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
+    "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC))
+def test_the_dynamic_gate_alone_rejects_the_attack_with_a_reason(dynamic_sandbox, warm_builds, name):
+    task, reason = DYNAMIC[name]
+    r = dynamic_sandbox.evaluate(task, load_candidate(name))
+    assert r.status == "incorrect", r.feedback
+    assert reason in r.feedback, r.feedback
+
+
+@pytest.mark.parametrize("name", ["c1_input_mutation", "c5_first_n_calls_correct", "d4_cache_by_data_ptr"])
+def test_attacks_the_static_layer_cannot_see_are_rejected_by_the_full_sandbox(full_sandbox, warm_builds, name):
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate(name))
+    assert r.status == "incorrect", r.feedback
+
+
+def test_a_pointer_keyed_cache_is_caught_by_the_recheck_of_a_timed_call_at_a_reused_address(dynamic_sandbox, warm_builds):
+    # Correctness calls may or may not reuse an address; the recheck always does (golden content copied
+    # into the previous timed call's buffers), so the cached stale output must surface there at the latest.
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("d4_cache_by_data_ptr"))
+    assert r.status == "incorrect"
+    assert "timed call" in r.feedback or "input set" in r.feedback
+
+
+def test_a_candidate_cannot_carry_state_between_evaluations_through_its_scratch_directory(dynamic_sandbox, warm_builds):
+    src = load_candidate("e1_persist_scratch")
+    first = dynamic_sandbox.evaluate(RELU_TASK, src)
+    second = dynamic_sandbox.evaluate(RELU_TASK, src)
+    assert (first.status, second.status) == ("incorrect", "incorrect"), second.feedback
+
+
+def test_secrets_in_the_callers_environment_do_not_reach_the_candidate(dynamic_sandbox, warm_builds, monkeypatch):
+    monkeypatch.setenv("KEVIN_TEST_SECRET", "hunter2")
+    monkeypatch.setenv("API_TOKEN", "hunter2")
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e3_read_env_secrets"))
+    assert r.status == "incorrect", r.feedback

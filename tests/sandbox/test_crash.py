@@ -1,0 +1,51 @@
+"""Crash containment: every way a candidate can die or hang ends as a status with feedback."""
+
+from conftest import RELU_TASK, _config, load_candidate
+from kevin.sandbox import Sandbox
+
+
+def test_a_segfault_in_forward_is_a_runtime_error_naming_the_signal(dynamic_sandbox, warm_builds):
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("crash_segfault"))
+    assert r.status == "runtime_error"
+    assert "SIGSEGV" in r.feedback
+
+
+def test_os_exit_zero_while_loading_is_a_runtime_error_not_a_pass(dynamic_sandbox, warm_builds):
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e2_os_exit_import"))
+    assert r.status == "runtime_error"
+    assert "exit code 0" in r.feedback
+
+
+def test_os_exit_zero_in_forward_is_a_runtime_error_not_a_pass(dynamic_sandbox, warm_builds):
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e2_os_exit_forward"))
+    assert r.status == "runtime_error"
+    assert "exit code 0" in r.feedback
+
+
+def test_a_huge_allocation_fails_inside_the_candidate_under_its_memory_limit(dynamic_sandbox, warm_builds):
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("crash_huge_allocation"))
+    assert r.status == "runtime_error"
+    assert "allocate" in r.feedback
+
+
+def test_an_infinite_loop_is_a_timeout_and_its_process_group_is_killed(cache_dir, warm_builds):
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, run_timeout_s=8.0))
+    r = sandbox.evaluate(RELU_TASK, load_candidate("crash_infinite_loop"))
+    assert r.status == "timeout"
+    assert "did not finish within 8 s" in r.feedback
+
+
+def test_a_python_error_in_forward_is_a_runtime_error_with_the_traceback(dynamic_sandbox, warm_builds):
+    src = load_candidate("honest_relu_cpu").replace("return self.ext.relu_forward(x)", "return self.ext.no_such_function(x)")
+    r = dynamic_sandbox.evaluate(RELU_TASK, src)
+    assert r.status == "runtime_error"
+    assert "no_such_function" in r.feedback
+
+
+def test_a_program_that_fails_to_load_is_a_compile_error_with_the_message(dynamic_sandbox):
+    # (A real compiler error costs a ~30 s build here; its trimming is tested in test_feedback.py and a
+    # real nvcc error runs in the GPU tests.)
+    src = load_candidate("honest_relu_cpu") + "\ndef broken(:\n"
+    r = dynamic_sandbox.evaluate(RELU_TASK, src)
+    assert r.status == "compile_error"
+    assert "SyntaxError" in r.feedback

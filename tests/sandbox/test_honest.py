@@ -1,0 +1,40 @@
+"""Honest C++ candidates pass every layer (static checks, operator inventory, dynamic checks) on the CPU backend."""
+
+from conftest import LINEAR_RELU_TASK, RELU_TASK, load_candidate
+
+
+def test_an_honest_relu_kernel_is_correct_with_a_measured_speedup(warm_builds):
+    r = warm_builds["relu"]
+    assert r.status == "correct", r.feedback
+    assert r.runtime_ms is not None and r.runtime_ms > 0
+    assert r.baseline_ms is not None and r.baseline_ms > 0
+    assert r.speedup == r.baseline_ms / r.runtime_ms
+    assert "speedup" in r.feedback
+
+
+def test_an_honest_linear_relu_kernel_with_parameters_initialised_like_the_reference_is_correct(warm_builds):
+    r = warm_builds["linear_relu"]
+    assert r.status == "correct", r.feedback
+    # fp32 sums of 128 products in another order: errors far below the 1e-3 x rms(ref) tolerance
+    assert r.max_abs_error is not None and r.max_abs_error < 1e-4
+
+
+def test_the_correctness_sets_include_the_signed_scaled_and_heavy_tailed_variants(warm_builds):
+    assert warm_builds["relu"].details["set_names"] == ["task", "signed", "scaled", "heavy"]
+
+
+def test_a_second_evaluation_of_the_same_source_reuses_the_compiled_extension(full_sandbox, warm_builds):
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    assert r.status == "correct", r.feedback
+    # a cache hit imports a built .so: seconds, where a build takes tens of seconds on this machine
+    assert r.details["compile_seconds"] < warm_builds["relu"].details["compile_seconds"]
+
+
+def test_evaluate_many_returns_results_in_job_order(full_sandbox, warm_builds):
+    jobs = [
+        (RELU_TASK, load_candidate("b1_zeros_output")),
+        (RELU_TASK, load_candidate("honest_relu_cpu")),
+        (RELU_TASK, "this is not python ("),
+    ]
+    statuses = [r.status for r in full_sandbox.evaluate_many(jobs)]
+    assert statuses == ["format_error", "correct", "format_error"]
