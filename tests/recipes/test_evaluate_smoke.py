@@ -20,7 +20,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg"}
+           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -163,3 +164,45 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
         torch.testing.assert_close(param, trained[name], rtol=0, atol=0)
     assert evaluate.training_run(str(run / "checkpoints" / "step_000001"))[0].name == "step_000001"
     assert evaluate.training_run(str(tmp_path)) is None  # not a run: a hub id or from_pretrained dir
+
+
+@pytest.mark.timeout(120)
+def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    requests = []
+
+    class ChatCompletions(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append(body)
+            reply = {"choices": [{"message": {"content": "I cannot write this kernel."}, "finish_reason": "stop"}]}
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "eval"
+        run_recipe("--api_model", "served-model", "--api_base_url", f"http://127.0.0.1:{server.server_port}/v1",
+                   "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
+                   "--n_bootstrap", "50", "--device", "cpu")
+    finally:
+        server.shutdown()
+    assert len(requests) == 4  # 1 task x 2 trajectories x 2 turns
+    assert {r["model"] for r in requests} == {"served-model"} and requests[0]["max_tokens"] == 100
+    turns = [t for line in (out / "rollouts" / "2x2.jsonl").read_text().splitlines()
+             for t in json.loads(line)["turns"]]
+    assert [t["result"]["status"] for t in turns] == ["format_error"] * 4
+    budget = [r for r in read_jsonl(out / "metrics.jsonl") if r["table"] == "budget"]
+    assert budget[0]["correct/best@k"] == 0.0 and budget[0]["compute/generated_tokens"] == 0
+    text = (out / "report.md").read_text()
+    assert "Evaluation of served-model" in text and "no token ids" in text
