@@ -36,10 +36,6 @@ import torch
 from kevin.core import metrics as _metrics
 from kevin.core.types import Trajectory
 
-FAST_THRESHOLDS = (1.0, 1.5)
-"""The p of the paper's fast_p columns (Table 1: fast_1 and fast_1.5)."""
-
-
 # --------------------------------------------------------------------------------------------------
 # Bootstrap over tasks
 
@@ -324,7 +320,7 @@ def _flat_compute(c: Compute) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------
-# Adapter to kevin.core.metrics (the one place that knows its names)
+# Per-task values, from kevin.core.metrics
 
 
 def _metrics_per_task(group: Sequence[Trajectory], *, turns: int | None, k: int) -> dict[str, float]:
