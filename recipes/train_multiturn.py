@@ -195,7 +195,7 @@ def main(argv: list[str]) -> None:
     from kevin.sandbox import Sandbox, SandboxConfig
 
     cuda = torch.cuda.is_available()
-    acc = Accelerator(mixed_precision="bf16" if cfg.bf16 and cuda else "no", project_dir=cfg.output_dir,
+    acc = Accelerator(cpu=not cuda, mixed_precision="bf16" if cfg.bf16 and cuda else "no", project_dir=cfg.output_dir,
                       log_with=None if cfg.tracker == "none" else cfg.tracker)
     rank, world, main_proc = acc.process_index, acc.num_processes, acc.is_main_process
     if cfg.tasks_per_step % world:
@@ -294,7 +294,9 @@ def main(argv: list[str]) -> None:
         sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"][min(rank, len(state["rng"]) - 1)])
         start_step = int(state["trainer"]["step"])
-        acc.print(f"resumed from {where} at step {start_step}")
+        saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
+        changed = {k: (saved[k], v) for k, v in dataclasses.asdict(cfg).items() if k in saved and saved[k] != v}
+        acc.print(f"resumed from {where} at step {start_step}; options changed since (old, new): {changed}")
     else:
         set_seed(cfg.seed, device_specific=True)  # each process samples differently
     logger = NullLogger()
@@ -391,7 +393,10 @@ def main(argv: list[str]) -> None:
         (out / "report.md").write_text(
             f"# Kevin training run: {out}\n\n{len(records)} steps logged; model {cfg.model}, {cfg.tasks_per_step} tasks x "
             f"{cfg.n_trajectories} trajectories x {cfg.n_turns} turns per step, {world} process(es).\n\n"
-            f"{markdown_table(records, keys)}\n\nLatest checkpoint: {latest_checkpoint(out / 'checkpoints')}\n\n"
+            f"{markdown_table(records, keys)}\n\n"
+            + ("Every reward was 0: no kernel was correct (expected of the tiny and random: models, whose output never parses; "
+               "recipes/teach_credit_assignment.py shows learning on the CPU).\n\n" if all(not r["reward/score_max"] for r in records) else "")
+            + f"Latest checkpoint: {latest_checkpoint(out / 'checkpoints')}\n\n"
             f"Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/\n")
         acc.print(f"done: {out / 'report.md'}")
     logger.close()
