@@ -88,3 +88,27 @@ def test_resume_from_step_1_repeats_step_2_exactly(two_steps, tmp_path):
     assert {k: a[k] for k in ("loss/policy", "train/tokens", "reward/return_mean")} == \
         {k: b[k] for k in ("loss/policy", "train/tokens", "reward/return_mean")}
     assert [r["step"] for r in read_jsonl(resumed / "metrics.jsonl")] == [2]  # step 1 is not re-run
+
+
+def _debug_lines(proc: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"debug/')]
+
+
+@pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)
+def test_two_processes_shard_the_tasks_and_give_the_loss_and_gradient_of_one(two_steps, tmp_path):
+    # The same saved batch (2 tasks) evaluated by 1 process and by 2 (torchrun, gloo on the CPU).
+    _, out = two_steps
+    fixed = ["--debug_fixed_batch", str(out / "rollouts" / "step_000001.jsonl.gz")]
+    one = _debug_lines(run_recipe("train_multiturn.py", tmp_path / "one", *fixed))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29731",
+           str(ROOT / "recipes" / "train_multiturn.py"), *SMALL, "--n_turns", "2", "--output_dir", str(tmp_path / "two"), *fixed]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = _debug_lines(proc)
+    assert [r["debug/processes"] for r in one + two] == [1, 2, 2]
+    assert [len(r["debug/tasks"]) for r in two] == [1, 1]  # one task per process
+    assert set(two[0]["debug/tasks"]) | set(two[1]["debug/tasks"]) == set(one[0]["debug/tasks"])
+    for key in ("debug/loss", "debug/logprob_mean", "debug/grad_norm"):
+        assert two[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
+    assert one[0]["debug/grad_norm"] > 0  # a real gradient, not 0 == 0
