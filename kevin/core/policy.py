@@ -258,6 +258,8 @@ class TransformersPolicy:
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
         continuous_batching_config: a ``transformers.ContinuousBatchingConfig`` for mode "continuous".
+        gqa_decode: in mode "static", decode an ``sdpa`` model with :func:`gqa_decode_attention` (False:
+            keep transformers' sdpa, which copies the KV cache once per query head at every step).
 
     Every response carries its sampling log-probs (see the module docstring for their exact meaning).
     """
@@ -277,6 +279,7 @@ class TransformersPolicy:
         generate_kwargs: dict[str, Any] | None = None,
         cache_bucket: int = 1024,
         continuous_batching_config: Any = None,
+        gqa_decode: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
@@ -295,6 +298,7 @@ class TransformersPolicy:
         self.generate_kwargs = dict(generate_kwargs or {})
         self.cache_bucket = int(cache_bucket)
         self.continuous_batching_config = continuous_batching_config
+        self.gqa_decode = bool(gqa_decode)
         if stop_token_ids is None:
             stop_token_ids = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None]
         self.stop_token_ids = tuple(dict.fromkeys(int(i) for i in stop_token_ids))
@@ -402,7 +406,7 @@ class TransformersPolicy:
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
             extra = {"cache_implementation": "static", "max_cache_len": self._cache_len}
-            if getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
+            if self.gqa_decode and getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
                 _register_gqa_attention()
                 attention = GQA_ATTENTION
         ids, mask = left_pad(prompts, longest, self.pad_token_id)
