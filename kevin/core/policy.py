@@ -342,20 +342,29 @@ class TransformersPolicy:
         return "static" if getattr(self.device, "type", str(self.device)) == "cuda" else "generate"
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]]) -> list[Generation]:
-        """Sample one response per prompt (token ids already templated); order is kept."""
+        """Sample one response per prompt (token ids already templated); order is kept.
+
+        The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
+        """
         if not prompts:
             return []
         mode = self.resolved_mode()
         size = self.batch_size or len(prompts)
         out: list[Generation] = []
-        for start in range(0, len(prompts), size):
-            chunk = [list(p) for p in prompts[start : start + size]]
-            if mode == "continuous":
-                raw = self._continuous(chunk)
-            else:
-                raw = self._generate(chunk, static=(mode == "static"))
-            for prompt, (ids, lps) in zip(chunk, raw):
-                out.append(self._finish(prompt, ids, lps))
+        was_training = bool(getattr(self.model, "training", False))
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), size):
+                chunk = [list(p) for p in prompts[start : start + size]]
+                if mode == "continuous":
+                    raw = self._continuous(chunk)
+                else:
+                    raw = self._generate(chunk, static=(mode == "static"))
+                for prompt, (ids, lps) in zip(chunk, raw):
+                    out.append(self._finish(prompt, ids, lps))
+        finally:
+            if was_training:
+                self.model.train()
         return out
 
     def _finish(self, prompt: Sequence[int], ids: Sequence[int], lps: Sequence[float] | None) -> Generation:

@@ -167,6 +167,17 @@ def test_a_peft_lora_model_generates_with_exact_logprobs(tok):
     torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(lora, g, 0.8, 1.0), atol=1e-4, rtol=1e-4)
 
 
+def test_a_model_in_training_mode_samples_without_dropout_and_is_put_back_in_training_mode(tok):
+    peft = pytest.importorskip("peft")
+    base = build_tiny_model(tok, seed=8)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_dropout=0.9, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.train()
+    g = TransformersPolicy(lora, tok, max_new_tokens=5, temperature=1.0, stop_token_ids=()).generate(CONVERSATIONS[:1])[0]
+    assert lora.training
+    lora.eval()  # the reference: the same model without dropout
+    torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(lora, g, 1.0, 1.0), atol=1e-4, rtol=1e-4)
+
+
 def test_count_tokens_counts_tokenizer_ids(tok, model):
     policy = TransformersPolicy(model, tok)
     assert policy.count_tokens("__global__ void") == len(tok("__global__ void", add_special_tokens=False)["input_ids"])
