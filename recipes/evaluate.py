@@ -215,8 +215,8 @@ def main(argv: list[str]) -> Path:
         for m, n in pairs:
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
-            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n, backend=cfg.device.split(":")[0],
-                                   max_prompt_tokens=cfg.max_prompt_tokens)
+            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
+                                   backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens)
             save_rollout(trajectories, rollout_dir / f"{m}x{n}.jsonl")
             rollouts[f"{m}x{n}"] = trajectories
             print(f"{m}x{n}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")
