@@ -227,12 +227,13 @@ def main(argv: list[str]) -> None:
                 return old, response_logprobs(net, mb, temperature=cfg.temperature)
 
     def loss_of(mb, mini, old, ref):
-        """Weighted GRPO loss of one micro-batch: summed over a mini-batch it is the mini-batch's loss."""
+        """GRPO loss of a micro-batch times its weight w: summed over a mini-batch, the mini-batch's loss."""
         lp = response_logprobs(model, mb, temperature=cfg.temperature)
         loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                 kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
                                 max_response_len=cfg.max_new_tokens)
-        return loss * loss_weight(mb, mini, cfg.loss_aggregation), stats
+        w = loss_weight(mb, mini, cfg.loss_aggregation)
+        return loss * w, stats, w
 
     def samples_of(trajectories):
         """score -> aggregate -> advantages -> split: the paper's reward path, one task group at a time."""
@@ -259,7 +260,7 @@ def main(argv: list[str]) -> None:
         for i, mb in enumerate(micros):
             old, ref = old_and_ref_logprobs(mb)
             with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                loss, _ = loss_of(mb, batch, mb.old_logprobs if mb.old_logprobs is not None else old, ref)
+                loss, _, _ = loss_of(mb, batch, mb.old_logprobs if mb.old_logprobs is not None else old, ref)
                 acc.backward(loss)
             sums += torch.stack([loss.detach().float(), (old * mb.mask).sum(), mb.mask.sum()])
         grad_norm = torch.norm(torch.stack([p.grad.float().norm() for p in params if p.grad is not None]))
@@ -326,24 +327,27 @@ def main(argv: list[str]) -> None:
             mini = collate(chunk, tokenizer.pad_token_id).to(acc.device)
             micros = micro_batches(mini, cfg.micro_batch_size)
             minis.append((mini, micros, [old_and_ref_logprobs(mb) for mb in micros]))
-        train_stats, grad_norms, lrs = [], [], []
+        updates = []  # one dict of mini-batch statistics per gradient step
         for mini, micros, olds in minis:
+            stats_sum = {}
             for i, (mb, (old, ref)) in enumerate(zip(micros, olds)):
                 with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                    loss, stats = loss_of(mb, mini, old, ref)
+                    loss, stats, w = loss_of(mb, mini, old, ref)
                     acc.backward(loss)
-                train_stats.append({**stats, "loss/total": loss.detach()})
-            grad_norms.append(acc.clip_grad_norm_(params, cfg.grad_clip))
-            lrs.append(scheduler.get_last_lr()[0])
+                for k, v in stats.items():
+                    stats_sum[k] = stats_sum.get(k, 0.0) + w * v.float()
+                stats_sum["loss/total"] = stats_sum.get("loss/total", 0.0) + loss.detach().float()
+            stats_sum["train/grad_norm"] = acc.clip_grad_norm_(params, cfg.grad_clip).float()
+            stats_sum["train/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=acc.device)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+            updates.append(stats_sum)
         t_train = time.perf_counter()
 
         # log: rollout metrics over every process's trajectories, losses averaged over processes
         tokens = torch.tensor(float(sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)), device=acc.device)
-        losses = {k: acc.reduce(torch.stack([s[k].float() for s in train_stats]).mean(), "mean").item()
-                  for k in ("loss/total", "loss/policy", "loss/kl", "clip/low_frac", "clip/high_frac", "ratio/mean", "kl/approx_old")}
+        losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean(), "mean").item() for k in updates[0] if k != "tokens"}
         times = acc.reduce(torch.tensor([sum(u.generation_s for t in trajectories for u in t.turns),
                                          sum(u.evaluation_s for t in trajectories for u in t.turns),
                                          t_rollout - t0, t_train - t_rollout], device=acc.device), "max").tolist()
@@ -356,7 +360,6 @@ def main(argv: list[str]) -> None:
             metrics = {**metrics_dict(everything), **losses,
                        "reward/score_mean": all_scores.mean().item(), "reward/score_max": all_scores.max().item(),
                        "reward/return_mean": all_returns.mean().item(), "reward/return_std": all_returns.std().item(),
-                       "train/grad_norm": torch.stack(grad_norms).float().mean().item(), "train/lr": lrs[-1],
                        "train/samples": float(len(everything) * cfg.n_turns), "train/tokens": all_tokens,
                        "time/generation": times[0], "time/sandbox": times[1], "time/rollout": times[2],
                        "time/train": times[3], "time/step": time.perf_counter() - t0,
