@@ -1,16 +1,112 @@
-"""kevin.sandbox: the kernel evaluator (threat model: see below, completed with the evaluator)."""
+"""kevin.sandbox: compile, check and time a candidate kernel, in a way the candidate cannot game.
+
+    from kevin.sandbox import evaluate, Sandbox, SandboxConfig
+    result = evaluate(task, candidate_src, device="cuda")           # one kernel
+    results = Sandbox("cuda").evaluate_many([(task, src), ...])    # a batch: parallel compiles, one timing per GPU
+
+Backends: ``"cuda"`` / ``"cuda:N"`` (the candidate builds CUDA with ``load_inline(cuda_sources=...)``,
+timed with CUDA events) and ``"cpu"`` (the same file format with C++ ``cpp_sources``, timed with the
+host clock). `calibrate` / `calibrate_many` vet a task with negative controls. Importing this package
+imports only the standard library; torch is loaded by the worker processes (and lazily here to compare).
+
+THREAT MODEL
+============
+
+The reward is only as good as this evaluator: a hack that passes becomes the only positive-advantage
+sample of its group and the policy learns it. The candidate is treated as an adversary that can run any
+Python or C++ in its own process. Attack ids are those of ``reference/sandbox-threats.md`` section 3.
+
+Design: three trust zones.
+
+- The golden process loads only the task's reference (never candidate code). It draws the input sets
+  from a secret per-run seed (``secrets``; never in any environment or file the candidate sees): the task's
+  own distribution, then signed, scaled and heavy-tailed variants wherever the reference stays finite. It
+  computes golden outputs and times the baseline. Golden outputs go to the parent's memory; the file is
+  deleted before any candidate runs.
+- The candidate process is fresh per candidate: a scrubbed environment (an allow-list: PATH, CUDA and
+  compiler variables), a private scratch directory as cwd/HOME/TMPDIR deleted afterwards, its own
+  process group (killed as a whole), no core dumps, an address-space limit on the CPU backend. It receives
+  input tensors only (safetensors), and writes output tensors (safetensors). It reports facts over a
+  private inherited pipe; its stdout and stderr are only logged, never parsed.
+- The trusted parent compares the bytes it loads itself with the golden outputs it holds, checks the
+  timing against its own clock, and decides. A verdict of "correct" needs the complete protocol: any
+  missing message, malformed line, exit (``os._exit(0)`` included), signal or hang is a failure.
+
+Defended (each has an adversarial test under tests/sandbox/candidates/):
+
+- A1-A5 delegating to PyTorch (reference op, ATen from C++, try/except fallback, inheriting the
+  reference, ghost branch): the static layer (`check_format`, advisory) and, at run time, an inventory of
+  every ATen operator the forward dispatches, from Python or C++ (only allocation, copies and views are
+  allowed). A6 (torch.compile, CUDA graphs): static layer only.
+- B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
+  scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
+  tolerance) on several input sets with signed, scaled and heavy-tailed values; `calibrate` proves per task
+  that zeros, a mean constant, a passthrough and a subsampled computation all fail.
+- B5 stale or uninitialised memory: the candidate runs first, in a process where the reference never
+  ran; ``torch.empty`` is NaN-filled during the checks (deterministic mode with
+  ``fill_uninitialized_memory``); the CUDA caching allocator is pre-filled with NaN.
+- B6 precision downgrade: exact dtype check; fp16 rounding exceeds the default 1e-3 tolerance except on
+  ops that are exact in fp16 (where it is harmless).
+- B7 reading the reference / B8 fixed seeds / C4 rewriting the generator: the reference, its outputs,
+  its generator and the seed never exist in the candidate's process.
+- C1 input mutation: inputs are cloned and compared bit for bit after every call.
+- C2 global numerics, C3 comparison patching, D6 timer patching, D2 threads: numerics flags (default
+  dtype, TF32, cudnn, matmul precision, determinism, flush-to-zero, thread counts) and the identity of the
+  harness's functions are snapshotted before import and compared after import, forward and timing; the
+  Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
+  the right device, with no memory shared with an input (B2).
+- C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: timed calls get new
+  content at new addresses (old buffers kept alive), and outputs of timed calls at secret positions are
+  compared with golden outputs; each recheck reuses the previous call's buffers with new content, so a
+  pointer-keyed cache returns a stale answer there.
+- D1 side streams: a device-wide synchronize before the end event (its own latency, measured with no
+  call, is subtracted). D7 L2 persistence: a flush of at least twice the L2 size before every timed call,
+  the persisting-L2 limit set to 0 and persisting lines reset. D8: the baseline is timed in the golden
+  process, with the same protocol, before and apart from any candidate.
+- D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
+  the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.25 ms.
+- E1-E3: a fresh process and scratch directory per candidate, a scrubbed environment, no secrets in the
+  candidate's process; E2 exits and crashes, hangs (timeouts kill the process group) and out-of-memory
+  (RLIMIT_AS on CPU, the CUDA allocator's OOM on GPU) become statuses, never a crash of the caller.
+
+Not defended, and why:
+
+- Same-user file access. Candidates run as the caller's user without an OS sandbox (no container,
+  seccomp or network namespace on the target machines). A candidate that deliberately walks the file
+  system can read the harness's source, write into the shared build cache (``<cache>/ext``) to poison
+  another candidate's build, or reach the network. Static rules forbid the imports this needs (os
+  tricks, ctypes, subprocess, sockets, importlib) and golden outputs never touch the disk, but the real
+  fix is running the candidate process under another uid or in a container.
+- In-process forgery by a determined candidate. The candidate's process also runs our worker code, so
+  native code can in principle rewrite the worker or write its own report lines on the pipe. What that
+  can gain is bounded: outputs are still compared byte for byte by the parent against golden outputs the
+  candidate never saw, and forged speed is bounded by the wall-clock check (at most ~3x, or 0.25 ms per
+  call for tiny kernels).
+- Library kernels called directly from C++ (cuBLAS, cuDNN, CUTLASS) bypass the dispatcher, so the
+  runtime inventory misses them; only the static layer flags them (``allow_libraries`` turns that off).
+  No CUPTI kernel inventory is taken.
+- Shapes: inputs have the task's shapes only (no hidden extra shapes), so B9 shape-specialised kernels
+  that are correct at the task's shapes pass; they are, at those shapes, correct.
+- ``measure_speed=False`` skips the timed calls and therefore the rechecks: first-N-calls hacks (C5)
+  then pass; keep timing on for rewards.
+- Background work that finishes before the output is copied (a native thread, a CUDA stream outside
+  the device) is caught only through the thread count, the static layer and the device-wide synchronize.
+
+What a "correct" verdict guarantees: in a process that never held the reference, ``ModelNew`` built
+after the reference's seed returned, for every input set (the task's own distribution and its variants,
+drawn from a seed it could not know), exact ``torch.Tensor`` outputs of the reference's dtype, shape and
+device, not aliasing its inputs, with NaN/inf exactly where the reference has them and every other
+element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the harness's
+functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when timed, its
+timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median of
+device-synchronised calls after an L2 flush) is consistent with the parent's wall clock.
+"""
 
 from .calibrate import CalibrationReport, calibrate, calibrate_many
 from .config import SandboxConfig
 from .result import STATUSES, EvalResult
 from .sandbox import Sandbox, evaluate
-
-
-def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False) -> list[str]:
-    """The static checks (`kevin.sandbox.static.check_format`): [] when acceptable."""
-    from .static import check_format as _check
-
-    return _check(candidate_src, backend=backend, allow_libraries=allow_libraries)
+from .static import check_format
 
 
 __all__ = [

@@ -7,8 +7,8 @@ the worker's lines arrive), and the final status. A missing message, a malformed
 (even ``os._exit(0)``), a signal or a hang is a failure: the only way to "correct" is a complete protocol
 run whose outputs match.
 
-Life of a `CandidateRun`: spawn (no GPU visible) -> ``imported`` within the compile timeout (this is the
-compile stage: the module's ``load_inline`` builds) -> ``go`` with a device and the task's inputs ->
+Life of a `CandidateRun`: spawn (bound to one GPU) -> ``imported`` within the compile timeout (this is the
+compile stage: the module's ``load_inline`` builds) -> ``go`` with the task's inputs once the device is free ->
 ``outputs`` -> compare -> ``time`` -> ``report`` -> recheck, wall-clock check -> verdict.
 """
 
@@ -90,7 +90,8 @@ def _violations(msg: _process.Message) -> list[str]:
 class CandidateRun:
     """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
 
-    def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, arch: str = "", max_jobs: int = 1):
+    def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
+                 arch: str = "", max_jobs: int = 1):
         self.config = config
         self.backend = backend
         self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
@@ -105,7 +106,7 @@ class CandidateRun:
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "inventory": config.kernel_inventory,
         }
-        extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": "",
+        extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}
         if arch:
             extra["TORCH_CUDA_ARCH_LIST"] = arch
@@ -131,13 +132,13 @@ class CandidateRun:
         return self._crash(msg, deadline, self.config.compile_timeout_s)
 
     # ---------------------------------------------------------------- stage 2: run and decide
-    def judge(self, golden: _golden_run.Golden, *, gpu: str | None, baseline_ms: float | None) -> EvalResult:
+    def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None) -> EvalResult:
         config = self.config
         t_go = time.monotonic()
         inputs = os.path.join(self.scratch, "inputs.safetensors")
         shutil.copyfile(golden.inputs_path, inputs)
         spec = {
-            "gpu": gpu or "", "inputs": inputs,
+            "inputs": inputs,
             "sets": [s["inputs"] for s in golden.meta["sets"]],
             "rechecks": [r["inputs"] for r in golden.meta["rechecks"]] if config.measure_speed else [],
             "init_inputs": golden.meta["init_inputs"], "init_seed": golden.meta["init_seed"],

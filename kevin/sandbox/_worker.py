@@ -71,7 +71,7 @@ def run_main(main: Any) -> None:
         main(job, channel)
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report
         try:
-            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc))
+            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc, 20000))
         except OSError:
             pass
     sys.stdout.flush()

@@ -34,7 +34,7 @@ def first_compiler_errors(log: str, *, max_errors: int = 3, context: int = 2) ->
     i = 0
     while i < len(lines) and n < max_errors:
         line = lines[i]
-        if _ERROR_LINE.search(line) and not line.lstrip().startswith(("FAILED:", "ninja:", "[")) and "Error building extension" not in line:
+        if _ERROR_LINE.search(line) and not line.lstrip().startswith(("FAILED:", "ninja:", "[")) and "Error building extension" not in line and "CalledProcessError" not in line:
             block = [line] + lines[i + 1 : i + 1 + context]
             picked.extend(block)
             n += 1

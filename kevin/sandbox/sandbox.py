@@ -49,22 +49,23 @@ def _cpu_name() -> str:
 
 
 class _DevicePool:
-    """Hands out device slots (GPU ids, or one "cpu" slot) one holder at a time."""
+    """One lock per device slot (GPU id, or "cpu"); `assign` spreads candidates round-robin at spawn time.
+
+    A candidate's process is bound to its device when it starts (CUDA_VISIBLE_DEVICES cannot change once
+    CUDA is up), so it waits for that device's lock, never another's.
+    """
 
     def __init__(self, slots: Sequence[Any]):
-        self._free = list(slots)
-        self._cond = threading.Condition()
+        self.slots = list(slots)
+        self.locks = {s: threading.Lock() for s in self.slots}
+        self._next = 0
+        self._lock = threading.Lock()
 
-    def acquire(self) -> Any:
-        with self._cond:
-            while not self._free:
-                self._cond.wait()
-            return self._free.pop(0)
-
-    def release(self, slot: Any) -> None:
-        with self._cond:
-            self._free.append(slot)
-            self._cond.notify()
+    def assign(self) -> Any:
+        with self._lock:
+            slot = self.slots[self._next % len(self.slots)]
+            self._next += 1
+            return slot
 
 
 class Sandbox:
@@ -136,9 +137,10 @@ class Sandbox:
                                       details={"violations": list(violations)})
             with self._live:
                 max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
+                slot = self._devices.assign()
                 with self._compile_slots:
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
-                                              arch=self.arch, max_jobs=max_jobs)
+                                              gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs)
                     try:
                         failed = run.wait_imported()
                     except BaseException:
@@ -147,17 +149,14 @@ class Sandbox:
                 try:
                     if failed is not None:
                         return failed
-                    slot = self._devices.acquire()
-                    try:
+                    with self._devices.locks[slot]:
                         golden = self._golden_for(task_src, slot)
                         if golden.error is not None:
                             return EvalResult("runtime_error", feedback.runtime_error_feedback(
                                 "the reference program itself failed in the sandbox; this task cannot be evaluated"),
                                 details={"golden_error": golden.error})
                         baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
-                        result = run.judge(golden, gpu=self._gpu_env(slot), baseline_ms=baseline)
-                    finally:
-                        self._devices.release(slot)
+                        result = run.judge(golden, baseline_ms=baseline)
                 finally:
                     run.close()
             details = dict(result.details)

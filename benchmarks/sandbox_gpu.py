@@ -1,0 +1,197 @@
+"""The sandbox on a GPU: compile time, per-candidate overhead, throughput, timing noise, vs do_bench.
+
+Usage (on a CUDA machine, from the repository root):
+
+    TORCH_CUDA_ARCH_LIST=9.0 python benchmarks/sandbox_gpu.py --out OUT_DIR
+
+Writes ``OUT_DIR/sandbox_gpu.json`` and ``OUT_DIR/sandbox_gpu.md`` after every phase (so a run cut short
+still leaves what it measured). Phases, on the honest tiled fp32 matmul of tests/sandbox (N = 2048):
+
+1. one evaluation with a warm build cache, then a second one: per-candidate seconds outside nvcc, split
+   into process start + load, the run (correctness + timing) and the kernel work itself;
+2. timing noise: the reported runtime of 5 separate evaluations (fresh processes), coefficient of variation;
+3. the same kernel under ``triton.testing.do_bench`` (median) in this process, against our median;
+4. ``evaluate_many`` on ``--n-many`` distinct sources (one comment differs, so each is a new build) with
+   ``--workers`` compile workers, then on ``--n-single`` other distinct sources with 1 worker:
+   throughput (candidates per second) and compile seconds per kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CANDIDATES = ROOT / "tests" / "sandbox" / "candidates"
+
+from kevin.data.task import Task  # noqa: E402
+from kevin.sandbox import Sandbox, SandboxConfig  # noqa: E402
+
+MATMUL_SOURCE = """\
+import torch
+import torch.nn as nn
+
+N = 2048
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+TASK = Task("bench_matmul_2048", MATMUL_SOURCE, level=1, name="Square matmul 2048 (fp32)")
+
+
+def load_candidate(name: str) -> str:
+    text = (CANDIDATES / f"{name}.py").read_text()
+    return re.sub(r"^# include: (\S+)\s*$", lambda m: (CANDIDATES / m.group(1)).read_text(), text, flags=re.MULTILINE)
+
+
+def variant(src: str, tag: str) -> str:
+    """The same kernel with a different comment in its CUDA source: a distinct build."""
+    return src.replace('cuda_honest_source = r"""\n', f'cuda_honest_source = r"""\n// variant {tag}\n', 1)
+
+
+def summarize(r) -> dict:
+    d = r.details
+    return {
+        "status": r.status, "runtime_ms": r.runtime_ms, "baseline_ms": r.baseline_ms, "speedup": r.speedup,
+        "compile_seconds": d.get("compile_seconds"), "run_seconds": d.get("run_seconds"),
+        "seconds_to_outputs": d.get("seconds_to_outputs"), "total_seconds": d.get("total_seconds"),
+        "n_trials": (d.get("timing") or {}).get("n_trials"), "feedback": r.feedback[:300],
+    }
+
+
+def write(out: Path, results: dict) -> None:
+    (out / "sandbox_gpu.json").write_text(json.dumps(results, indent=2))
+    lines = ["# Sandbox on the GPU", "", f"device: {results.get('device')}", ""]
+    for key, value in results.items():
+        if key in ("device",):
+            continue
+        lines.append(f"## {key}")
+        lines.append("```")
+        lines.append(json.dumps(value, indent=2))
+        lines.append("```")
+        lines.append("")
+    (out / "sandbox_gpu.md").write_text("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--n-many", type=int, default=16)
+    ap.add_argument("--n-single", type=int, default=2)
+    ap.add_argument("--cv-runs", type=int, default=5)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+
+    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0)
+    results: dict = {"device": torch.cuda.get_device_name(0), "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
+                                                                        "cache_dir": config.resolved_cache_dir()}}
+    honest = load_candidate("honest_matmul_cuda")
+    sandbox = Sandbox("cuda", config)
+
+    # 1. per-candidate overhead outside nvcc
+    t = time.monotonic()
+    first = sandbox.evaluate(TASK, honest)
+    results["first_evaluation"] = dict(summarize(first), wall_seconds=round(time.monotonic() - t, 3))
+    t = time.monotonic()
+    second = sandbox.evaluate(TASK, honest)
+    wall = time.monotonic() - t
+    work_s = (config.n_input_sets + config.n_warmup + (second.details.get("timing") or {}).get("n_trials", 0)) * (second.runtime_ms or 0) / 1e3
+    results["warm_evaluation"] = dict(summarize(second), wall_seconds=round(wall, 3), kernel_work_seconds=round(work_s, 3),
+                                      overhead_beyond_work_seconds=round(wall - work_s, 3))
+    print("warm evaluation", results["warm_evaluation"], flush=True)
+    write(out, results)
+
+    # 2. timing noise over separate evaluations
+    runtimes = []
+    for _ in range(args.cv_runs):
+        r = sandbox.evaluate(TASK, honest)
+        runtimes.append(r.runtime_ms)
+    valid = [x for x in runtimes if x is not None]
+    cv = statistics.pstdev(valid) / statistics.mean(valid) if len(valid) > 1 else None
+    results["timing_noise"] = {"runtimes_ms": runtimes, "mean_ms": statistics.mean(valid) if valid else None,
+                               "cv": cv, "cv_percent": None if cv is None else round(100 * cv, 3)}
+    print("timing noise", results["timing_noise"], flush=True)
+    write(out, results)
+
+    # 3. against triton.testing.do_bench, same kernel, same build
+    try:
+        results["do_bench"] = do_bench_comparison(honest, config, valid)
+    except Exception as exc:  # noqa: BLE001 - record, keep going
+        results["do_bench"] = {"error": repr(exc)}
+    print("do_bench", results["do_bench"], flush=True)
+    write(out, results)
+
+    # 4. evaluate_many throughput: many workers, then one
+    for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
+        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0))
+        stamp = f"{label}-{time.time_ns()}"
+        jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]
+        t = time.monotonic()
+        rs = sb.evaluate_many(jobs)
+        wall = time.monotonic() - t
+        compile_s = [r.details.get("compile_seconds") for r in rs]
+        results[f"evaluate_many_{label}"] = {
+            "workers": workers, "candidates": n, "wall_seconds": round(wall, 2),
+            "candidates_per_second": round(n / wall, 4), "statuses": [r.status for r in rs],
+            "compile_seconds": compile_s,
+            "compile_seconds_median": statistics.median([c for c in compile_s if c is not None]) if any(compile_s) else None,
+        }
+        print(label, results[f"evaluate_many_{label}"], flush=True)
+        write(out, results)
+    many, one = results.get("evaluate_many_many_workers"), results.get("evaluate_many_one_worker")
+    if many and one:
+        results["throughput_ratio"] = {
+            "ratio": round(many["candidates_per_second"] / one["candidates_per_second"], 2),
+            "target": f">= {0.8 * args.workers:.1f} (0.8 x {args.workers} workers)",
+        }
+        write(out, results)
+    print(json.dumps(results, indent=2))
+
+
+def do_bench_comparison(honest_src: str, config: SandboxConfig, our_runtimes: list) -> dict:
+    """Load the same cached build in this process and time it with triton.testing.do_bench (median)."""
+    import torch
+    import triton.testing
+
+    from kevin.sandbox import _extension
+
+    _extension.install(os.path.join(config.resolved_cache_dir(), "ext"), "cuda")
+    namespace: dict = {"__name__": "bench_candidate"}
+    exec(compile(honest_src, "<candidate>", "exec"), namespace)
+    ext = namespace["cuda_honest_extension"]
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    ours = statistics.median(our_runtimes) if our_runtimes else None
+    kernel = triton.testing.do_bench(lambda: ext.matmul_forward(a, b), warmup=100, rep=1000, return_mode="median")
+    torch_ms = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=100, rep=1000, return_mode="median")
+    return {"do_bench_median_ms": kernel, "ours_median_ms": ours,
+            "ours_over_do_bench": None if ours is None else round(ours / kernel, 4),
+            "do_bench_torch_matmul_ms": torch_ms}
+
+
+if __name__ == "__main__":
+    main()

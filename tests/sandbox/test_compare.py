@@ -1,0 +1,80 @@
+"""compare: the trusted parent's error measure, on hand-computed cases."""
+
+import math
+
+import torch
+
+from kevin.sandbox.compare import Comparison, combine, compare_outputs, compare_tensor
+
+
+def test_an_exact_match_passes_with_zero_error():
+    ref = torch.tensor([1.0, -2.0, 3.0])
+    c = compare_tensor(ref.clone(), ref, atol=1e-3, rtol=1e-3)
+    assert c == Comparison(True, "", 0.0, 0.0)
+
+
+def test_the_tolerance_is_scaled_by_the_reference_rms():
+    # ref = [3, 4]: rms = sqrt((9 + 16) / 2) = 3.5355; tol = 1e-3 * 3.5355 + 1e-3 * |ref| = [0.006536, 0.007536]
+    ref = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert compare_tensor(ref + torch.tensor([0.0065, 0.0075], dtype=torch.float64), ref, atol=1e-3, rtol=1e-3).ok
+    c = compare_tensor(ref + torch.tensor([0.0, 0.01], dtype=torch.float64), ref, atol=1e-3, rtol=1e-3)
+    assert not c.ok
+    assert math.isclose(c.max_abs_error, 0.01, rel_tol=1e-9)
+    assert math.isclose(c.max_rel_error, 0.01 / 4, rel_tol=1e-9)  # |d| / max(|ref|, rms) = 0.01 / 4
+
+
+def test_zeros_fail_against_a_tiny_reference():
+    # KernelBench's absolute atol = 1e-2 would pass zeros here; ours is relative to rms(ref) = 1e-9
+    ref = torch.full((100,), 1e-9)
+    assert not compare_tensor(torch.zeros(100), ref, atol=1e-3, rtol=1e-3).ok
+
+
+def test_a_nan_where_the_reference_is_finite_fails():
+    ref = torch.tensor([1.0, 2.0])
+    c = compare_tensor(torch.tensor([1.0, float("nan")]), ref, atol=1e-3, rtol=1e-3)
+    assert not c.ok and "NaN/inf in 1 of 2" in c.reason
+
+
+def test_matching_nan_and_inf_patterns_pass():
+    ref = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert compare_tensor(ref.clone(), ref, atol=1e-3, rtol=1e-3).ok
+
+
+def test_an_inf_of_the_wrong_sign_fails():
+    ref = torch.tensor([float("inf"), 1.0])
+    assert not compare_tensor(torch.tensor([float("-inf"), 1.0]), ref, atol=1e-3, rtol=1e-3).ok
+
+
+def test_a_wrong_dtype_fails_before_any_value_is_read():
+    c = compare_tensor(torch.zeros(2, dtype=torch.float16), torch.zeros(2), atol=1, rtol=1)
+    assert not c.ok and "dtype torch.float16" in c.reason
+
+
+def test_a_wrong_shape_fails():
+    c = compare_tensor(torch.zeros(2, 3), torch.zeros(3, 2), atol=1, rtol=1)
+    assert not c.ok and "shape (2, 3)" in c.reason
+
+
+def test_a_tensor_subclass_is_not_a_tensor():
+    class Sub(torch.Tensor):
+        pass
+
+    out = torch.Tensor._make_subclass(Sub, torch.zeros(2))
+    assert not compare_tensor(out, torch.zeros(2), atol=1, rtol=1).ok
+
+
+def test_integer_outputs_must_match_exactly():
+    ref = torch.tensor([1, 2, 3])
+    assert compare_tensor(ref.clone(), ref, atol=1, rtol=1).ok
+    assert not compare_tensor(torch.tensor([1, 2, 4]), ref, atol=1, rtol=1).ok
+
+
+def test_a_missing_output_fails_the_list():
+    c = compare_outputs([torch.zeros(1)], [torch.zeros(1), torch.zeros(1)], atol=1e-3, rtol=1e-3)
+    assert not c.ok and "returned 1 outputs, expected 2" in c.reason
+
+
+def test_combine_needs_every_set_and_keeps_the_worst_errors():
+    c = combine([Comparison(True, "", 0.1, 0.2), Comparison(False, "set 1 wrong", 0.5, 0.05)])
+    assert c == Comparison(False, "set 1 wrong", 0.5, 0.2)
+    assert not combine([]).ok

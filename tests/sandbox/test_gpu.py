@@ -1,0 +1,158 @@
+"""The CUDA backend on a real GPU (skipped without CUDA): honest kernels pass, GPU attacks are contained.
+
+Run on the lent H200 with ``pytest -m gpu tests/sandbox``. All CUDA builds are started together by
+`gpu_warm` (one ``evaluate_many``, compiled in parallel), later tests reuse the cached builds.
+"""
+
+import os
+
+import pytest
+
+from conftest import _config, load_candidate
+from kevin.data.task import Task
+from kevin.sandbox import Sandbox
+
+MATMUL_SOURCE = '''\
+import torch
+import torch.nn as nn
+
+N = 2048
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+RELU_GPU_SOURCE = '''\
+import torch
+import torch.nn as nn
+
+rows = 2048
+cols = 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+MATMUL_TASK = Task("gpu_matmul", MATMUL_SOURCE, level=1, name="Square matmul 2048")
+RELU_GPU_TASK = Task("gpu_relu", RELU_GPU_SOURCE, level=1, name="ReLU 2048x4096")
+
+COMPILE_ERROR = load_candidate("honest_relu_cuda").replace("# include: _cuda_honest_extension.py", "")
+COMPILE_ERROR = COMPILE_ERROR.replace("import torch.nn as nn", '''import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_honest_extension = load_inline(
+    name="kevin_test_broken_cuda",
+    cpp_sources="torch::Tensor relu_forward(torch::Tensor x);",
+    cuda_sources="__global__ void k(float* y) { y[0] = undeclared_name; }\\ntorch::Tensor relu_forward(torch::Tensor x) { return x; }",
+    functions=["relu_forward"],
+    verbose=False,
+)''')
+
+
+def _gpu_config(cache_dir, **overrides):
+    return _config(cache_dir, workers=os.cpu_count() or 1, n_trials=50, n_warmup=5, timing_budget_s=10.0, **overrides)
+
+
+@pytest.fixture(scope="session")
+def gpu_full(cache_dir):
+    return Sandbox("cuda", _gpu_config(cache_dir))
+
+
+@pytest.fixture(scope="session")
+def gpu_dynamic(cache_dir):
+    return Sandbox("cuda", _gpu_config(cache_dir, static_checks=False, kernel_inventory=False))
+
+
+@pytest.fixture(scope="session")
+def gpu_warm(gpu_dynamic):
+    """Every CUDA build of this file in one batch (compiled in parallel); name -> EvalResult."""
+    jobs = {
+        "honest_matmul": (MATMUL_TASK, load_candidate("honest_matmul_cuda")),
+        "honest_relu": (RELU_GPU_TASK, load_candidate("honest_relu_cuda")),
+        "illegal_access": (RELU_GPU_TASK, load_candidate("gpu_illegal_memory_access")),
+        "side_stream": (MATMUL_TASK, load_candidate("d1_side_stream_cuda")),
+        "l2_persist": (RELU_GPU_TASK, load_candidate("d7_l2_persistence_cuda")),
+        "compile_error": (RELU_GPU_TASK, COMPILE_ERROR),
+    }
+    results = gpu_dynamic.evaluate_many(list(jobs.values()))
+    return dict(zip(jobs, results))
+
+
+@pytest.mark.gpu
+def test_an_honest_cuda_matmul_passes_every_layer_with_a_speedup(gpu_full, gpu_warm):
+    r = gpu_full.evaluate(MATMUL_TASK, load_candidate("honest_matmul_cuda"))
+    assert r.status == "correct", r.feedback
+    assert r.speedup is not None and r.speedup > 0
+
+
+@pytest.mark.gpu
+def test_cuda_timing_flushes_at_least_twice_the_l2_and_resets_persisting_lines(gpu_warm):
+    import torch
+
+    r = gpu_warm["honest_matmul"]
+    assert r.status == "correct", r.feedback
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert r.details["timing"]["l2_flush_bytes"] >= 2 * l2
+    assert r.details["timing"]["l2_reset"] is True
+
+
+@pytest.mark.gpu
+def test_an_illegal_memory_access_is_a_runtime_error(gpu_warm):
+    r = gpu_warm["illegal_access"]
+    assert r.status == "runtime_error", r.feedback
+
+
+@pytest.mark.gpu
+def test_the_gpu_still_evaluates_honest_kernels_after_an_illegal_memory_access(gpu_dynamic, gpu_warm):
+    assert gpu_warm["illegal_access"].status == "runtime_error"
+    r = gpu_dynamic.evaluate(RELU_GPU_TASK, load_candidate("honest_relu_cuda"))
+    assert r.status == "correct", r.feedback
+
+
+@pytest.mark.gpu
+def test_work_on_an_unjoined_side_stream_is_timed_in_full(gpu_warm):
+    honest, side = gpu_warm["honest_matmul"], gpu_warm["side_stream"]
+    assert honest.status == "correct", honest.feedback
+    # the device-wide synchronize before the end event counts the side stream's kernel: same kernel, same time
+    assert side.status != "correct" or side.runtime_ms >= 0.5 * honest.runtime_ms, (side.runtime_ms, honest.runtime_ms)
+
+
+@pytest.mark.gpu
+def test_an_l2_persisting_window_does_not_make_a_kernel_faster(gpu_warm):
+    honest, pinned = gpu_warm["honest_relu"], gpu_warm["l2_persist"]
+    assert honest.status == "correct", honest.feedback
+    assert pinned.status != "correct" or pinned.runtime_ms >= 0.7 * honest.runtime_ms, (pinned.runtime_ms, honest.runtime_ms)
+    assert pinned.status != "correct" or pinned.details["timing"]["l2_reset"] is True
+
+
+@pytest.mark.gpu
+def test_an_nvcc_error_is_a_compile_error_quoting_the_compiler(gpu_warm):
+    r = gpu_warm["compile_error"]
+    assert r.status == "compile_error", r.feedback
+    assert "undeclared_name" in r.feedback

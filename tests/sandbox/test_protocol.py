@@ -1,0 +1,107 @@
+"""Input sets, seeds, the timing loop and argument checks: the pieces under the verdict, in-process."""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import RELU_TASK
+from kevin.data.task import Task
+from kevin.sandbox import Sandbox, SandboxConfig, _inputs, _process, timing
+from kevin.sandbox._resolve import resolve_device
+
+
+def test_derived_seeds_depend_on_the_secret_and_every_label():
+    s = _inputs.derive_seed(7, "task", "set", 0)
+    assert s == _inputs.derive_seed(7, "task", "set", 0)
+    assert len({s, _inputs.derive_seed(8, "task", "set", 0), _inputs.derive_seed(7, "task", "set", 1)}) == 3
+
+
+def test_the_signed_variant_gives_uniform_inputs_both_signs():
+    x = torch.rand(1000)  # U[0, 1): never negative
+    y = _inputs.apply_variant([x], "signed", torch.Generator().manual_seed(0))[0]
+    assert (y < 0).any() and (y > 0).any() and torch.equal(y.abs(), x)
+
+
+def test_the_heavy_variant_adds_outliers_and_leaves_integer_inputs_alone():
+    x, idx = torch.randn(10_000), torch.arange(5)
+    y, j = _inputs.apply_variant([x, idx], "heavy", torch.Generator().manual_seed(0))
+    assert y.abs().max() > 5 * x.abs().max()
+    assert j is idx
+
+
+def test_subsample_zeroes_every_other_element_and_doubles_the_rest():
+    assert _inputs.subsample([torch.tensor([1.0, 2.0, 3.0, 4.0])])[0].tolist() == [2.0, 0.0, 6.0, 0.0]
+
+
+def test_fresh_inputs_have_new_addresses_and_new_content_with_the_same_values():
+    pool = [[torch.arange(1000, dtype=torch.float32)]]
+    fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=1 << 30)
+    a, b = fresh(0)[0], fresh(1)[0]
+    assert a.data_ptr() != b.data_ptr() and a.data_ptr() != pool[0][0].data_ptr()
+    assert not torch.equal(a, pool[0][0])
+    assert torch.equal(a.sort().values, pool[0][0])
+
+
+def test_the_timing_loop_keeps_recheck_outputs_from_the_previous_calls_buffers():
+    seen = []
+
+    def call(args):
+        seen.append(args[0].data_ptr())
+        return args[0] * 2
+
+    golden = [torch.full((8,), 3.0)]
+    run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=5,
+                            budget_s=10, rng=random.Random(0), rechecks={3: golden})
+    assert len(run.samples_ms) == 5
+    assert torch.equal(run.recheck_outputs[3][0], torch.full((8,), 6.0))
+    assert seen[1 + 3] == seen[1 + 2]  # the recheck call reused the previous call's address
+
+
+def test_median_of_an_even_count_is_the_mean_of_the_middle_pair():
+    assert timing.median([4.0, 1.0, 3.0, 2.0]) == 2.5  # (2 + 3) / 2
+
+
+def test_the_scrubbed_environment_drops_the_callers_secrets(monkeypatch, tmp_path):
+    monkeypatch.setenv("KEVIN_TEST_SECRET", "hunter2")
+    env = _process.scrubbed_env(str(tmp_path))
+    assert "KEVIN_TEST_SECRET" not in env
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+
+
+def test_an_unknown_device_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown device"):
+        Sandbox("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised where CUDA is absent")
+def test_asking_for_cuda_without_cuda_is_a_clear_runtime_error():
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        resolve_device("cuda")
+
+
+def test_a_task_without_model_is_a_value_error_before_anything_runs(tmp_path):
+    sandbox = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path)))
+    bad = Task("bad", "import torch\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    with pytest.raises(ValueError, match="Model"):
+        sandbox.evaluate(bad, "class ModelNew: pass")
+
+
+def test_importing_kevin_sandbox_does_not_import_torch():
+    code = "import sys, kevin.sandbox; print('torch' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=_process.PACKAGE_ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_config_rejects_nonsense():
+    with pytest.raises(ValueError):
+        SandboxConfig(n_input_sets=0)
+
+
+def test_task_sizes_for_the_backend_are_applied():
+    t = Task("sized", RELU_TASK.source, sizes={"cpu": {"dim": 8}})
+    assert "dim = 8" in t.source_for("cpu")
