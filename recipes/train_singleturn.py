@@ -248,11 +248,12 @@ def main(argv: list[str]) -> None:
         trajs = load_rollout(cfg.debug_fixed_batch)
         task_ids = sorted({t.task_id for t in trajs})
         mine = [t for t in trajs if task_ids.index(t.task_id) % world == rank]
-        # A random model earns nothing (all advantages 0, zero gradient): to compare shardings on a non-zero
-        # loss, every turn scores a fixed function of its tokens instead, sum(ids) % 5 / 4.
+        # A random model earns nothing (advantages 0, zero gradient), and normalised advantages make the loss
+        # ~0: to compare shardings on a non-zero loss, every turn scores a fixed function of its tokens,
+        # sum(ids) % 5 / 4, and its (unnormalised) return is its advantage.
         scores = torch.tensor([[sum(u.response_ids) % 5 / 4 for u in t.turns] for t in mine])  # [B*G, T]
         returns = aggregate_rewards(scores, gamma=cfg.gamma, mode=cfg.reward_mode).flatten()
-        samples = split_trajectories(mine, returns, group_advantages(returns, group_labels(mine)))
+        samples = split_trajectories(mine, returns, returns)
         batch = collate(samples, tokenizer.pad_token_id).to(acc.device)
         model.train()
         sums = torch.zeros(3, device=acc.device)  # loss, sum of token log-probs, tokens

@@ -88,7 +88,11 @@ def unflatten_state(skeleton: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 # --------------------------------------------------------------------------- RNG state
 
 def rng_state() -> dict[str, Any]:
-    """The global RNG states of Python, NumPy (when installed), torch CPU and every CUDA device."""
+    """The global RNG states of Python, NumPy (when installed), torch CPU and the current CUDA device.
+
+    One process per GPU (accelerate) samples on its current device only; reading every device's state
+    would create a CUDA context on each GPU from each process.
+    """
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state()}
     try:
@@ -97,13 +101,13 @@ def rng_state() -> dict[str, Any]:
         state["numpy"] = [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
     except ImportError:
         pass
-    if torch.cuda.is_available():
-        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # this process's current device only
     return state
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned (CUDA states only when the device count matches)."""
+    """Restore what :func:`rng_state` returned (the CUDA state onto the current device)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"].to(torch.uint8))
@@ -111,8 +115,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         import numpy as np
         name, keys, pos, has_gauss, cached = state["numpy"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([s.to(torch.uint8) for s in state["cuda"]])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].to(torch.uint8))
 
 
 # --------------------------------------------------------------------------- directories

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU proof of recipes/train_multiturn.py on 2 H200s (results: benchmarks/results/train_h200.md).
+# A randomly initialised Qwen2.5-1.5B (its real configuration, built on the GPU), LoRA r=32, bf16, two RL
+# steps through the CUDA sandbox on 1 GPU, then the same on 2 GPUs with accelerate, plus one saved batch
+# evaluated by 1 and by 2 processes. Run from the repository root; writes 8 files to $OUT.
+set -u
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/kevin_out}; R=/tmp/kevin_runs; mkdir -p "$OUT" "$R"
+BUDGET=${BUDGET:-520}
+left() { echo $(( BUDGET - SECONDS > 10 ? BUDGET - SECONDS : 10 )); }
+cap() { local want=$1 l; l=$(left); echo $(( want < l ? want : l )); }
+COMMON=${COMMON:-"--model random:qwen2.5-1.5b --lora --lora_rank 32 --backend cuda --tasks_per_step 2 --n_trajectories 16
+  --n_turns 2 --max_new_tokens 512 --generation_mode generate --micro_batch_size 8 --steps 2"}
+LAUNCH2=${LAUNCH2:-"accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision bf16 --dynamo_backend no"}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
+} > "$OUT/env.txt" 2>&1
+
+echo "== one GPU, 2 steps (t=$SECONDS s)"
+CUDA_VISIBLE_DEVICES=0 timeout "$(cap 200)" python3 recipes/train_multiturn.py $COMMON --tracker tensorboard \
+  --output_dir "$R/one" > "$OUT/one.log" 2>&1; echo "rc=$?" >> "$OUT/one.log"
+FB="$R/one/rollouts/step_000001.jsonl.gz"
+echo "== fixed batch, 1 process (t=$SECONDS s)"
+CUDA_VISIBLE_DEVICES=0 timeout "$(cap 80)" python3 recipes/train_multiturn.py $COMMON --output_dir "$R/fb1" \
+  --debug_fixed_batch "$FB" > "$OUT/fixed1.log" 2>&1; echo "rc=$?" >> "$OUT/fixed1.log"
+echo "== fixed batch, 2 processes (t=$SECONDS s)"
+timeout "$(cap 90)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/fb2" \
+  --debug_fixed_batch "$FB" > "$OUT/fixed2.log" 2>&1; echo "rc=$?" >> "$OUT/fixed2.log"
+echo "== two GPUs, 2 steps (t=$SECONDS s)"
+timeout "$(cap 200)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/two" > "$OUT/two.log" 2>&1
+echo "rc=$?" >> "$OUT/two.log"
+echo "== summary (t=$SECONDS s)"
+cp "$R/one/metrics.jsonl" "$OUT/one_metrics.jsonl" 2>/dev/null; cp "$R/two/metrics.jsonl" "$OUT/two_metrics.jsonl" 2>/dev/null
+python3 benchmarks/results/train_h200_summary.py "$R" > "$OUT/summary.txt" 2>&1
+ls -R "$R" | head -60 >> "$OUT/summary.txt"
+cat "$OUT/summary.txt"
