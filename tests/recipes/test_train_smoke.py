@@ -112,3 +112,42 @@ def test_two_processes_shard_the_tasks_and_give_the_loss_and_gradient_of_one(two
     for key in ("debug/loss", "debug/logprob_mean", "debug/grad_norm"):
         assert two[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
     assert one[0]["debug/grad_norm"] > 0  # a real gradient, not 0 == 0
+
+
+@pytest.mark.parametrize("name", ["train_multiturn.py", "train_singleturn.py"])
+def test_every_config_field_has_a_docstring_and_a_command_line_override(name):
+    import dataclasses
+    import importlib.util
+
+    from kevin.core.cli import field_docs, parse_config
+
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "recipes" / name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        docs = field_docs(module.Config)
+        assert [f for f, d in docs.items() if not d] == []
+        for field in dataclasses.fields(module.Config):  # each default, written back as text, parses to itself
+            value = field.default
+            cfg = parse_config(module.Config, [f"--{field.name}", "none" if value is None else str(value)])
+            assert getattr(cfg, field.name) == value, field.name
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def test_the_paper_defaults_are_the_config_defaults():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_multiturn", ROOT / "recipes" / "train_multiturn.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        c = module.Config()
+        assert (c.tasks_per_step, c.n_trajectories, c.n_turns) == (8, 16, 4)
+        assert (c.gamma, c.reward_mode, c.correctness_weight, c.kl_coef) == (0.4, "sum", 0.3, 0.0)
+        assert (c.clip_low, c.clip_high, c.temperature, c.lr, c.warmup_ratio) == (0.2, 0.28, 0.9, 2e-6, 0.03)
+        assert (c.n_minibatches, c.grad_clip, c.advantage_per_turn) == (2, 0.05, False)
+    finally:
+        sys.modules.pop(spec.name, None)
