@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
-from kevin.core.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints, rng_state, save_checkpoint, set_rng_state
+from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                   restore_training_state, rng_state, save_checkpoint, training_state)
 from kevin.core.cli import parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
@@ -279,15 +280,8 @@ def main(argv: list[str]) -> None:
         where = latest_checkpoint(out / "checkpoints") if cfg.resume == "latest" else Path(cfg.resume)
         if where is None:
             raise SystemExit(f"--resume latest: no checkpoint under {out / 'checkpoints'}")
-        state = load_checkpoint(where)
-        missing = [n for n, p in net.named_parameters() if p.requires_grad and n not in state["model"]]
-        assert not missing, f"checkpoint lacks trainable weights {missing[:3]}"
-        net.load_state_dict(state["model"], strict=False)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["sampler"])
-        set_rng_state(state["rng"][min(rank, len(state["rng"]) - 1)])
-        start_step = int(state["trainer"]["step"])
+        start_step = restore_training_state(load_checkpoint(where), model=net, optimizer=optimizer,
+                                            scheduler=scheduler, sampler=sampler, rank=rank)
         saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
         changed = {k: (saved[k], v) for k, v in dataclasses.asdict(cfg).items() if k in saved and saved[k] != v}
         acc.print(f"resumed from {where} at step {start_step}; options changed since (old, new): {changed}")
@@ -373,10 +367,8 @@ def main(argv: list[str]) -> None:
         # checkpoint: trainable weights, optimizer, scheduler, sampler, every process's RNG (atomic)
         rngs = gather_object([rng_state()])
         if main_proc and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            save_checkpoint(checkpoint_path(out / "checkpoints", step + 1), {
-                "model": {n: p for n, p in net.named_parameters() if p.requires_grad},
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "sampler": sampler.state_dict(), "rng": rngs, "trainer": {"step": step + 1}}, meta={"step": step + 1})
+            state = training_state(model=net, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs, step=step + 1)
+            save_checkpoint(checkpoint_path(out / "checkpoints", step + 1), state, meta={"step": step + 1})
             prune_checkpoints(out / "checkpoints", cfg.keep_checkpoints)
         acc.wait_for_everyone()
 

@@ -34,7 +34,7 @@ import torch
 
 __all__ = [
     "flatten_state", "unflatten_state", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
-    "checkpoint_path", "prune_checkpoints", "rng_state", "set_rng_state",
+    "checkpoint_path", "prune_checkpoints", "rng_state", "set_rng_state", "training_state", "restore_training_state",
 ]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -201,3 +201,38 @@ def load_checkpoint(directory: str | os.PathLike, names: list[str] | None = None
         skeleton = json.loads((d / f"{name}.json").read_text())
         out[name] = unflatten_state(skeleton, load_file(d / f"{name}.safetensors"))
     return out
+
+
+# --------------------------------------------------------------------------- a trainer's whole state
+
+def training_state(*, model: Any, optimizer: Any, scheduler: Any, sampler: Any, rngs: list, step: int) -> dict[str, Any]:
+    """The states a recipe saves to resume exactly: trainable weights, optimizer, LR scheduler, task
+    sampler, the RNG state of every process (``rngs[rank]``, see :func:`rng_state`) and the next step.
+
+    Only parameters with ``requires_grad`` are saved (all of them in full fine-tuning, the adapters with
+    LoRA); frozen weights are rebuilt from the run's config.
+    """
+    return {
+        "model": {n: p for n, p in model.named_parameters() if p.requires_grad},
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "sampler": sampler.state_dict(),
+        "rng": list(rngs),
+        "trainer": {"step": int(step)},
+    }
+
+
+def restore_training_state(state: Mapping[str, Any], *, model: Any, optimizer: Any, scheduler: Any, sampler: Any,
+                           rank: int = 0) -> int:
+    """Load a :func:`training_state` (as read by :func:`load_checkpoint`) INTO the given objects and set this
+    process's RNG state; returns the step to continue from. Raises ValueError when a trainable weight
+    of ``model`` is missing from the checkpoint (a checkpoint of another model or LoRA setting)."""
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in state["model"]]
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}")
+    model.load_state_dict(state["model"], strict=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    sampler.load_state_dict(state["sampler"])
+    set_rng_state(state["rng"][min(rank, len(state["rng"]) - 1)])
+    return int(state["trainer"]["step"])

@@ -120,3 +120,44 @@ def test_meta_is_stored_with_the_state_names(tmp_path):
     save_checkpoint(tmp_path / "c", {"a": {"x": 1}, "b": [torch.zeros(1)]}, meta={"step": 5})
     loaded = load_checkpoint(tmp_path / "c", names=["a"])
     assert loaded["meta"] == {"step": 5, "states": ["a", "b"]} and loaded["a"] == {"x": 1}
+
+
+class _Sampler:
+    def __init__(self):
+        self.drawn = 0
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state):
+        self.drawn = state["drawn"]
+
+
+def test_training_state_round_trip_restores_every_part_and_returns_the_step(tmp_path):
+    from kevin.core.checkpoint import restore_training_state, training_state
+
+    model, opt, sched = _model_opt_sched()
+    sampler = _Sampler()
+    sampler.drawn = 7
+    _train_step(model, opt, sched)
+    save_checkpoint(tmp_path / "c", training_state(model=model, optimizer=opt, scheduler=sched, sampler=sampler,
+                                                   rngs=[rng_state()], step=4))
+    model2, opt2, sched2 = _model_opt_sched(seed=5)
+    sampler2 = _Sampler()
+    step = restore_training_state(load_checkpoint(tmp_path / "c"), model=model2, optimizer=opt2, scheduler=sched2,
+                                  sampler=sampler2)
+    assert step == 4 and sampler2.drawn == 7 and sched2.last_epoch == sched.last_epoch
+    for (n, p), (_, q) in zip(model.named_parameters(), model2.named_parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_frozen_weights_are_not_saved_and_missing_trainable_weights_are_an_error(tmp_path):
+    from kevin.core.checkpoint import restore_training_state, training_state
+
+    model, opt, sched = _model_opt_sched()
+    model[0].requires_grad_(False)  # the first layer frozen, as a base model under LoRA
+    state = training_state(model=model, optimizer=opt, scheduler=sched, sampler=_Sampler(), rngs=[rng_state()], step=1)
+    assert sorted(state["model"]) == ["2.bias", "2.weight"]
+    model2, opt2, sched2 = _model_opt_sched()  # everything trainable: layer 0 is missing from the checkpoint
+    with pytest.raises(ValueError, match="lacks 2 trainable weights"):
+        restore_training_state(state, model=model2, optimizer=opt2, scheduler=sched2, sampler=_Sampler())
