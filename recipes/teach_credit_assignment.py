@@ -25,8 +25,8 @@ itself is rewarded.
 Differences from the paper: a synthetic environment instead of kernels, a learning rate of 1e-2 (the
 model is tiny and random), temperature 1.
 
-Launch:  python recipes/teach_credit_assignment.py            (gamma 0.4 against gamma 0, prints a table)
-         python recipes/teach_credit_assignment.py --steps 40 --seed 1
+Launch:  python recipes/teach_credit_assignment.py            (gamma 0.4 against gamma 0, 4 seeds each)
+         python recipes/teach_credit_assignment.py --steps 40 --n_seeds 8 --compare_gamma 0.8
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ class Config:
     temperature: float = 1.0
     """sampling temperature (the loss uses the same one)"""
     seed: int = 0
-    """seed of the tiny model and of sampling"""
+    """seed of the tiny model and of sampling (of the first run)"""
+    n_seeds: int = 4
+    """train this many times per gamma (seeds seed, seed+1, ...) and report the mean and the range"""
 
 
 # --------------------------------------------------------------------------- the synthetic environment
@@ -204,17 +206,22 @@ def main(argv: list[str]) -> None:
     if cfg.env == "credit" and cfg.n_turns < 2:
         raise SystemExit("--env credit needs --n_turns 2 or more")
     gammas = [cfg.gamma] + ([cfg.compare_gamma] if cfg.compare_gamma is not None else [])
-    runs = {}
+    k = max(1, cfg.steps // 5)
+    rows = {}
     for gamma in gammas:
         start = time.perf_counter()
-        runs[gamma] = train(cfg, gamma)
-        print(f"gamma={gamma}: {cfg.steps} steps in {time.perf_counter() - start:.1f}s")
-    k = max(1, cfg.steps // 5)
-    print(f"\nenv={cfg.env}: share of turn-1 answers in the key set, and mean turn score")
-    print(f"{'gamma':>6} | {'key rate, first ' + str(k):>18} | {'key rate, last ' + str(k):>17} | {'score, first':>12} | {'score, last':>11}")
-    for gamma, h in runs.items():
-        print(f"{gamma:>6} | {window_mean(h, 'turn1/key_rate', 0, k):>18.2f} | {window_mean(h, 'turn1/key_rate', -k, None):>17.2f}"
-              f" | {window_mean(h, 'reward/score_mean', 0, k):>12.3f} | {window_mean(h, 'reward/score_mean', -k, None):>11.3f}")
+        runs = [train(dataclasses.replace(cfg, seed=cfg.seed + i), gamma) for i in range(cfg.n_seeds)]
+        print(f"gamma={gamma}: {cfg.n_seeds} runs of {cfg.steps} steps in {time.perf_counter() - start:.1f}s")
+        rows[gamma] = [(window_mean(h, "turn1/key_rate", 0, k), window_mean(h, "turn1/key_rate", -k, None),
+                        window_mean(h, "reward/score_mean", -k, None)) for h in runs]
+    print(f"\nenv={cfg.env}, {cfg.n_seeds} seeds: share of turn-1 answers in the key set over the first and the last "
+          f"{k} steps (mean, and min-max over seeds), and the mean turn score over the last {k} steps")
+    print(f"{'gamma':>6} | {'key rate, first':>15} | {'key rate, last':>22} | {'score, last':>11}")
+    for gamma, r in rows.items():
+        first, last, score = (sum(x[i] for x in r) / len(r) for i in range(3))
+        lo, hi = min(x[1] for x in r), max(x[1] for x in r)
+        last_text = f"{last:.2f} ({lo:.2f}-{hi:.2f})"
+        print(f"{gamma:>6} | {first:>15.2f} | {last_text:>22} | {score:>11.3f}")
 
 
 if __name__ == "__main__":
