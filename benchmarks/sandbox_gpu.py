@@ -5,13 +5,16 @@ Usage (on a CUDA machine, from the repository root):
     TORCH_CUDA_ARCH_LIST=9.0 python benchmarks/sandbox_gpu.py --out OUT_DIR
 
 Writes ``OUT_DIR/sandbox_gpu.json`` and ``OUT_DIR/sandbox_gpu.md`` after every phase (so a run cut short
-still leaves what it measured). Phases, on the honest tiled fp32 matmul of tests/sandbox (N = 2048):
+still leaves what it measured). Phases (``--phases``), on the honest tiled fp32 matmul of tests/sandbox
+(N = 2048):
 
-1. one evaluation with a warm build cache, then a second one: per-candidate seconds outside nvcc, split
+0. ``cold``: a never-built variant of it with a 1-worker sandbox: compile + evaluation wall time (the
+   later phases then use that same source, so nothing else is compiled);
+1. ``warm``: one evaluation with a warm build cache, then a second one: per-candidate seconds outside nvcc, split
    into process start + load, the run (correctness + timing) and the kernel work itself;
-2. timing noise: the reported runtime of 5 separate evaluations (fresh processes), coefficient of variation;
-3. the same kernel under ``triton.testing.do_bench`` (median) in this process, against our median;
-4. ``evaluate_many`` on ``--n-many`` distinct sources (one comment differs, so each is a new build) with
+2. ``noise``: timing noise: the reported runtime of 5 separate evaluations (fresh processes), coefficient of variation;
+3. ``dobench``: the same kernel under ``triton.testing.do_bench`` (median) in this process, against our median;
+4. ``many`` / ``one``: ``evaluate_many`` on ``--n-many`` distinct sources (one comment differs, so each is a new build) with
    ``--workers`` compile workers, then on ``--n-single`` other distinct sources with 1 worker:
    throughput (candidates per second) and compile seconds per kernel.
 """
@@ -100,53 +103,76 @@ def main() -> None:
     ap.add_argument("--n-many", type=int, default=16)
     ap.add_argument("--n-single", type=int, default=2)
     ap.add_argument("--cv-runs", type=int, default=5)
+    ap.add_argument("--phases", default="warm,noise,dobench,many,one",
+                    help="comma list of cold, warm, noise, dobench, many, one")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
 
+    phases = set(args.phases.split(","))
     config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0)
-    results: dict = {"device": torch.cuda.get_device_name(0), "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
-                                                                        "cache_dir": config.resolved_cache_dir()}}
+    results: dict = {"device": torch.cuda.get_device_name(0), "command": " ".join(sys.argv),
+                     "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
+                                "cache_dir": config.resolved_cache_dir(), "prefork": config.prefork}}
     honest = load_candidate("honest_matmul_cuda")
     sandbox = Sandbox("cuda", config)
 
+    # 0. one new source with one compile worker (all cores for its build): compile + evaluation wall time
+    if "cold" in phases:
+        honest = variant(honest, f"cold-{time.time_ns()}")
+        t = time.monotonic()
+        cold = Sandbox("cuda", SandboxConfig(workers=1, n_warmup=5, n_trials=100, timing_budget_s=10.0)).evaluate(TASK, honest)
+        wall = time.monotonic() - t
+        results["cold_single_worker"] = dict(summarize(cold), wall_seconds=round(wall, 3), candidates_per_second=round(1 / wall, 4))
+        print("cold", results["cold_single_worker"], flush=True)
+        write(out, results)
+
     # 1. per-candidate overhead outside nvcc
-    t = time.monotonic()
-    first = sandbox.evaluate(TASK, honest)
-    results["first_evaluation"] = dict(summarize(first), wall_seconds=round(time.monotonic() - t, 3))
-    t = time.monotonic()
-    second = sandbox.evaluate(TASK, honest)
-    wall = time.monotonic() - t
-    work_s = (config.n_input_sets + config.n_warmup + (second.details.get("timing") or {}).get("n_trials", 0)) * (second.runtime_ms or 0) / 1e3
-    results["warm_evaluation"] = dict(summarize(second), wall_seconds=round(wall, 3), kernel_work_seconds=round(work_s, 3),
-                                      overhead_beyond_work_seconds=round(wall - work_s, 3))
-    print("warm evaluation", results["warm_evaluation"], flush=True)
-    write(out, results)
+    if "warm" in phases:
+        t = time.monotonic()
+        first = sandbox.evaluate(TASK, honest)
+        results["first_evaluation"] = dict(summarize(first), wall_seconds=round(time.monotonic() - t, 3))
+        t = time.monotonic()
+        second = sandbox.evaluate(TASK, honest)
+        wall = time.monotonic() - t
+        n_calls = config.n_input_sets + config.n_warmup + ((second.details.get("timing") or {}).get("n_trials") or 0)
+        work_s = n_calls * (second.runtime_ms or 0) / 1e3
+        results["warm_evaluation"] = dict(summarize(second), wall_seconds=round(wall, 3), kernel_work_seconds=round(work_s, 3),
+                                          overhead_beyond_work_seconds=round(wall - work_s, 3))
+        print("warm evaluation", results["warm_evaluation"], flush=True)
+        write(out, results)
 
     # 2. timing noise over separate evaluations
-    runtimes = []
-    for _ in range(args.cv_runs):
-        r = sandbox.evaluate(TASK, honest)
-        runtimes.append(r.runtime_ms)
-    valid = [x for x in runtimes if x is not None]
-    cv = statistics.pstdev(valid) / statistics.mean(valid) if len(valid) > 1 else None
-    results["timing_noise"] = {"runtimes_ms": runtimes, "mean_ms": statistics.mean(valid) if valid else None,
-                               "cv": cv, "cv_percent": None if cv is None else round(100 * cv, 3)}
-    print("timing noise", results["timing_noise"], flush=True)
-    write(out, results)
+    valid: list = []
+    if "noise" in phases:
+        runtimes, walls = [], []
+        for _ in range(args.cv_runs):
+            t = time.monotonic()
+            r = sandbox.evaluate(TASK, honest)
+            walls.append(round(time.monotonic() - t, 3))
+            runtimes.append(r.runtime_ms)
+        valid = [x for x in runtimes if x is not None]
+        cv = statistics.pstdev(valid) / statistics.mean(valid) if len(valid) > 1 else None
+        results["timing_noise"] = {"runtimes_ms": runtimes, "wall_seconds": walls, "mean_ms": statistics.mean(valid) if valid else None,
+                                   "cv": cv, "cv_percent": None if cv is None else round(100 * cv, 3)}
+        print("timing noise", results["timing_noise"], flush=True)
+        write(out, results)
 
     # 3. against triton.testing.do_bench, same kernel, same build
-    try:
-        results["do_bench"] = do_bench_comparison(honest, config, valid)
-    except Exception as exc:  # noqa: BLE001 - record, keep going
-        results["do_bench"] = {"error": repr(exc)}
-    print("do_bench", results["do_bench"], flush=True)
-    write(out, results)
+    if "dobench" in phases:
+        try:
+            results["do_bench"] = do_bench_comparison(honest, config, valid)
+        except Exception as exc:  # noqa: BLE001 - record, keep going
+            results["do_bench"] = {"error": repr(exc)}
+        print("do_bench", results["do_bench"], flush=True)
+        write(out, results)
 
     # 4. evaluate_many throughput: many workers, then one
     for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
+        if label.split("_")[0] not in phases:
+            continue
         sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0))
         stamp = f"{label}-{time.time_ns()}"
         jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]

@@ -91,7 +91,7 @@ class CandidateRun:
     """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
 
     def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
-                 arch: str = "", max_jobs: int = 1):
+                 arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None):
         self.config = config
         self.backend = backend
         self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
@@ -111,7 +111,7 @@ class CandidateRun:
         if arch:
             extra["TORCH_CUDA_ARCH_LIST"] = arch
         self.worker = _process.Worker("kevin.sandbox._candidate", job, scratch=self.scratch,
-                                      env=_process.scrubbed_env(self.scratch, extra))
+                                      env=_process.scrubbed_env(self.scratch, extra), zygote=zygote)
 
     def close(self) -> None:
         self.worker.kill()

@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -53,10 +54,119 @@ class Message:
         return str(self.data.get("event", ""))
 
 
-class Worker:
-    """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``."""
+class Zygote:
+    """Parent side of the fork server (:mod:`._zygote`): one per Sandbox, started lazily, thread-safe."""
 
-    def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None):
+    def __init__(self, scratch: str, env: Mapping[str, str]):
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kevin.sandbox._zygote", str(child.fileno())], cwd=scratch, env=dict(env),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(child.fileno(),), close_fds=True, start_new_session=True,
+        )
+        child.close()
+        self.sock = parent
+        self.sock.settimeout(120)
+        if json.loads(self.sock.recv(1 << 16)).get("ready") is not True:
+            raise RuntimeError("the zygote did not start")
+        self.sock.settimeout(None)
+        self._lock = threading.Lock()
+        self._replies: queue.Queue[int] = queue.Queue()
+        self._codes: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self.alive = True
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    break
+                msg = json.loads(data)
+                if "pid" in msg:
+                    self._replies.put(int(msg["pid"]))
+                elif "exit" in msg:
+                    with self._cond:
+                        self._codes[int(msg["exit"])] = int(msg["code"])
+                        self._cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        with self._cond:
+            self.alive = False
+            self._cond.notify_all()
+        self._replies.put(-1)
+
+    def spawn(self, job_path: str, cwd: str, env: Mapping[str, str], fds: tuple[int, int]) -> "ForkedProcess":
+        req = {"job": job_path, "cwd": cwd, "env": dict(env), "stdout": os.path.join(cwd, "stdout.log"),
+               "stderr": os.path.join(cwd, "stderr.log")}
+        with self._lock:
+            if not self.alive:
+                raise RuntimeError("the zygote is gone")
+            socket.send_fds(self.sock, [json.dumps(req).encode()], list(fds))
+            pid = self._replies.get(timeout=60)
+        if pid < 0:
+            raise RuntimeError("the zygote is gone")
+        return ForkedProcess(pid, self)
+
+    def wait_code(self, pid: int, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while pid not in self._codes and self.alive:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._codes.pop(pid, None)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class ForkedProcess:
+    """The slice of ``Popen`` that `Worker` uses, for a child of the zygote (its exit code comes from it)."""
+
+    def __init__(self, pid: int, zygote: Zygote):
+        self.pid = pid
+        self._zygote = zygote
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.wait(0.0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is None:
+            code = self._zygote.wait_code(self.pid, timeout)
+            if code is None:
+                if not self._zygote.alive:
+                    self.returncode = -signal.SIGKILL  # the zygote died: its children were killed with it
+                    return self.returncode
+                if timeout is not None and timeout > 0:
+                    raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+                return None
+            self.returncode = code
+        return self.returncode
+
+
+class Worker:
+    """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``.
+
+    With a `Zygote` (candidate processes only) the process is a fork of it instead of a new interpreter.
+    """
+
+    def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None,
+                 zygote: Zygote | None = None):
         self.scratch = scratch
         job_path = os.path.join(scratch, "job.json")
         with open(job_path, "w") as f:
@@ -66,12 +176,19 @@ class Worker:
         self._out = open(os.path.join(scratch, "stdout.log"), "wb")
         self._err = open(os.path.join(scratch, "stderr.log"), "wb")
         self.t_start = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r)],
-            cwd=scratch, env=dict(env if env is not None else scrubbed_env(scratch)),
-            stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-            pass_fds=(rep_w, cmd_r), close_fds=True, start_new_session=True,
-        )
+        env = dict(env if env is not None else scrubbed_env(scratch))
+        self.proc: Any = None
+        if zygote is not None:
+            try:
+                self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r))
+            except (RuntimeError, OSError, queue.Empty):
+                self.proc = None
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r)],
+                cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+                pass_fds=(rep_w, cmd_r), close_fds=True, start_new_session=True,
+            )
         os.close(rep_w)
         os.close(cmd_r)
         self._cmd = os.fdopen(cmd_w, "wb", buffering=0)

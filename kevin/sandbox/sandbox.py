@@ -23,7 +23,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from . import _golden_run, _judge, _resolve, feedback
+from . import _golden_run, _judge, _process, _resolve, feedback
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -46,6 +46,12 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return f"cpu:{os.cpu_count()}"
+
+
+def _cleanup(root: str, zygotes: list) -> None:
+    for z in zygotes:
+        z.close()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 class _DevicePool:
@@ -85,7 +91,9 @@ class Sandbox:
         self._seed = self.config.seed if self.config.seed is not None else secrets.randbits(63)
         self._root = tempfile.mkdtemp(prefix="kevin-sandbox-")
         os.chmod(self._root, 0o700)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, True)
+        self._zygote: list[_process.Zygote] = []  # started lazily; a list so the finalizer sees it
+        self._zygote_failed = False
+        self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
         self._golden: dict[str, _golden_run.Golden] = {}
         self._golden_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -140,7 +148,8 @@ class Sandbox:
                 slot = self._devices.assign()
                 with self._compile_slots:
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
-                                              gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs)
+                                              gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
+                                              zygote=self._get_zygote())
                     try:
                         failed = run.wait_imported()
                     except BaseException:
@@ -166,6 +175,27 @@ class Sandbox:
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
             return EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this kernel.",
                               details={"internal_error": traceback.format_exc()[-4000:]})
+
+    def _get_zygote(self) -> _process.Zygote | None:
+        """The fork server, started on first use (None when disabled or when it cannot start)."""
+        if not self.config.prefork or self._zygote_failed:
+            return None
+        with self._lock:
+            if self._zygote and self._zygote[0].alive:
+                return self._zygote[0]
+            for old in self._zygote:
+                old.close()
+            self._zygote.clear()
+            scratch = tempfile.mkdtemp(prefix="zygote-", dir=self._root)
+            extra = {"CUDA_VISIBLE_DEVICES": ""}
+            if self.arch:
+                extra["TORCH_CUDA_ARCH_LIST"] = self.arch
+            try:
+                self._zygote.append(_process.Zygote(scratch, _process.scrubbed_env(scratch, extra)))
+            except Exception:  # noqa: BLE001 - fall back to one interpreter per candidate
+                self._zygote_failed = True
+                return None
+            return self._zygote[0]
 
     def _gpu_env(self, slot: Any) -> str | None:
         return _resolve.physical_gpu(slot) if self.backend == "cuda" else None
