@@ -52,7 +52,8 @@ from kevin.core.metrics import metrics_dict
 from kevin.core.records import load_rollout, save_rollout, turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
-from kevin.core.tracking import AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from, markdown_table
+from kevin.core.tracking import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from,
+                                 markdown_table, read_jsonl)
 from kevin.rewards import aggregate_rewards
 
 
@@ -301,14 +302,15 @@ def main(argv: list[str]) -> None:
         (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
         if start_step:
             drop_records_from(out / "metrics.jsonl", start_step + 1)
-        logger = MultiLogger([JsonlLogger(out / "metrics.jsonl")] + ([AccelerateLogger(acc)] if cfg.tracker != "none" else []))
+        trackers = [AccelerateLogger(acc)] if cfg.tracker != "none" else []
+        logger = MultiLogger([JsonlLogger(out / "metrics.jsonl"), *trackers])
         if not start_step:
             logger.log({"config": dataclasses.asdict(cfg)}, step=0)
     if cfg.tracker != "none":
         acc.init_trackers("kevin", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
 
     # ------------------------------------------------------------------ the RL loop
-    for step in tqdm(range(start_step, cfg.steps), desc="steps", disable=not main_proc, initial=start_step, total=cfg.steps):
+    for step in tqdm(range(start_step, cfg.steps), desc="steps", initial=start_step, total=cfg.steps, disable=not main_proc):
         t0 = time.perf_counter()
         tasks = sampler.next_batch()[rank::world]  # the same batch everywhere; this process's share
 
@@ -350,7 +352,8 @@ def main(argv: list[str]) -> None:
 
         # log: rollout metrics over every process's trajectories, losses averaged over processes
         tokens = torch.tensor(float(sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)), device=acc.device)
-        losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean(), "mean").item() for k in updates[0] if k != "tokens"}
+        losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean(), "mean").item()
+                  for k in updates[0] if k != "tokens"}
         times = acc.reduce(torch.tensor([sum(u.generation_s for t in trajectories for u in t.turns),
                                          sum(u.evaluation_s for t in trajectories for u in t.turns),
                                          t_rollout - t0, t_train - t_rollout], device=acc.device), "max").tolist()
@@ -375,25 +378,26 @@ def main(argv: list[str]) -> None:
         # checkpoint: trainable weights, optimizer, scheduler, sampler, every process's RNG (atomic)
         rngs = gather_object([rng_state()])
         if main_proc and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            state = training_state(model=net, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs, step=step + 1)
+            state = training_state(model=net, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs,
+                                   step=step + 1)
             save_checkpoint(checkpoint_path(out / "checkpoints", step + 1), state, meta={"step": step + 1})
             prune_checkpoints(out / "checkpoints", cfg.keep_checkpoints)
         acc.wait_for_everyone()
 
     # ------------------------------------------------------------------ report
     if main_proc:
-        from kevin.core.tracking import read_jsonl
         records = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
         keys = ["step", "reward/score_mean", "reward/return_mean", "rollout/correct", "loss/policy", "train/grad_norm",
                 "time/generation", "time/sandbox", "time/train"]
-        (out / "report.md").write_text(
-            f"# Kevin training run: {out}\n\n{len(records)} steps logged; model {cfg.model}, {cfg.tasks_per_step} tasks x "
-            f"{cfg.n_trajectories} trajectories x {cfg.n_turns} turns per step, {world} process(es).\n\n"
-            f"{markdown_table(records, keys)}\n\n"
-            + ("Every reward was 0: no kernel was correct (expected of the tiny and random: models, whose output never parses; "
-               "recipes/teach_credit_assignment.py shows learning on the CPU).\n\n" if all(not r["reward/score_max"] for r in records) else "")
-            + f"Latest checkpoint: {latest_checkpoint(out / 'checkpoints')}\n\n"
-            f"Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/\n")
+        lines = [f"# Kevin training run: {out}", "", f"{len(records)} steps; model {cfg.model}; {cfg.tasks_per_step} tasks"
+                 f" x {cfg.n_trajectories} trajectories x {cfg.n_turns} turns per step; {world} process(es).", "",
+                 markdown_table(records, keys), ""]
+        if all(not r["reward/score_max"] for r in records):
+            lines += ["Every reward was 0: no kernel was correct (expected of the tiny and random: models, whose output",
+                      "never parses; recipes/teach_credit_assignment.py shows learning on the CPU).", ""]
+        lines += [f"Latest checkpoint: {latest_checkpoint(out / 'checkpoints')}", "",
+                  "Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/"]
+        (out / "report.md").write_text("\n".join(lines) + "\n")
         acc.print(f"done: {out / 'report.md'}")
     logger.close()
 

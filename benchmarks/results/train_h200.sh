@@ -2,7 +2,8 @@
 # GPU proof of recipes/train_multiturn.py on 2 H200s (results: benchmarks/results/train_h200.md).
 # A randomly initialised Qwen2.5-1.5B (its real configuration, built on the GPU), LoRA r=32, bf16, two RL
 # steps through the CUDA sandbox on 1 GPU, then the same on 2 GPUs with accelerate, plus one saved batch
-# evaluated by 1 and by 2 processes. Run from the repository root; writes 8 files to $OUT.
+# evaluated by 1 and by 2 processes; then, if time is left, the 1-GPU run with a random Qwen2.5-7B.
+# Run from the repository root; writes at most 8 files to $OUT (the device tool's limit).
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/kevin_out}; R=/tmp/kevin_runs; mkdir -p "$OUT" "$R"
@@ -14,7 +15,7 @@ COMMON=${COMMON:-"--model random:qwen2.5-1.5b --lora --lora_rank 32 --backend cu
 LAUNCH2=${LAUNCH2:-"accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision bf16 --dynamo_backend no"}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
-} > "$OUT/env.txt" 2>&1
+} > "$R/env.txt" 2>&1
 
 echo "== one GPU, 2 steps (t=$SECONDS s)"
 CUDA_VISIBLE_DEVICES=0 timeout "$(cap 200)" python3 recipes/train_multiturn.py $COMMON --tracker tensorboard \
@@ -29,8 +30,13 @@ timeout "$(cap 90)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R
 echo "== two GPUs, 2 steps (t=$SECONDS s)"
 timeout "$(cap 200)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/two" > "$OUT/two.log" 2>&1
 echo "rc=$?" >> "$OUT/two.log"
+if [ "$(left)" -gt 130 ]; then
+  echo "== one GPU, random Qwen2.5-7B, 2 steps (t=$SECONDS s)"
+  CUDA_VISIBLE_DEVICES=0 timeout "$(cap 200)" python3 recipes/train_multiturn.py ${COMMON/qwen2.5-1.5b/qwen2.5-7b} \
+    --output_dir "$R/seven" > "$OUT/seven.log" 2>&1; echo "rc=$?" >> "$OUT/seven.log"
+fi
 echo "== summary (t=$SECONDS s)"
 cp "$R/one/metrics.jsonl" "$OUT/one_metrics.jsonl" 2>/dev/null; cp "$R/two/metrics.jsonl" "$OUT/two_metrics.jsonl" 2>/dev/null
-python3 benchmarks/results/train_h200_summary.py "$R" > "$OUT/summary.txt" 2>&1
+{ cat "$R/env.txt"; python3 benchmarks/results/train_h200_summary.py "$R"; } > "$OUT/summary.txt" 2>&1
 ls -R "$R" | head -60 >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"

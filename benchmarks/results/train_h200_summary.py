@@ -11,7 +11,7 @@ KEYS = ["time/generation", "time/sandbox", "time/rollout", "time/train", "time/s
         "perf/train_tokens_per_s", "perf/mfu", "perf/peak_memory_gib", "rollout/prompt_tokens",
         "rollout/response_tokens", "rollout/truncated", "rollout/status/format_error", "loss/policy", "train/grad_norm"]
 root = Path(sys.argv[1])
-for run in ("one", "two"):
+for run in ("one", "two", "seven"):
     path = root / run / "metrics.jsonl"
     if not path.exists():
         print(f"{run}: no metrics")
