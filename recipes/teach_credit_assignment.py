@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, micro_batches, response_logprobs
-from kevin.core.cli import parse_config
+from kevin.core.cli import ConfigError, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.policy import TransformersPolicy
 from kevin.core.records import turn_scores
@@ -225,4 +225,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except ConfigError as exc:  # a mistyped option: say so, without a traceback
+        raise SystemExit(f"{Path(__file__).name}: {exc}") from None

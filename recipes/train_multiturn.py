@@ -46,7 +46,7 @@ from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
 from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    restore_training_state, rng_state, save_checkpoint, training_state)
-from kevin.core.cli import parse_config
+from kevin.core.cli import ConfigError, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
 from kevin.core.records import load_rollout, save_rollout, turn_scores
@@ -403,4 +403,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except ConfigError as exc:  # a mistyped option: say so, without a traceback
+        raise SystemExit(f"{Path(__file__).name}: {exc}") from None

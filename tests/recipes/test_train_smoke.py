@@ -151,3 +151,11 @@ def test_the_paper_defaults_are_the_config_defaults():
         assert (c.n_minibatches, c.grad_clip, c.advantage_per_turn) == (2, 0.05, False)
     finally:
         sys.modules.pop(spec.name, None)
+
+
+def test_a_mistyped_option_stops_the_recipe_with_a_message_before_any_work(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "train_multiturn.py"), "--stepz", "2",
+                           "--output_dir", str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "unknown option --stepz" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
