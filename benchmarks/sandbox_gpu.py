@@ -78,7 +78,7 @@ def summarize(r) -> dict:
         "status": r.status, "runtime_ms": r.runtime_ms, "baseline_ms": r.baseline_ms, "speedup": r.speedup,
         "compile_seconds": d.get("compile_seconds"), "run_seconds": d.get("run_seconds"),
         "seconds_to_outputs": d.get("seconds_to_outputs"), "total_seconds": d.get("total_seconds"),
-        "n_trials": (d.get("timing") or {}).get("n_trials"), "feedback": r.feedback[:300],
+        "n_trials": (d.get("timing") or {}).get("n_trials"), "feedback": r.feedback[:2000],
     }
 
 
@@ -105,6 +105,8 @@ def main() -> None:
     ap.add_argument("--cv-runs", type=int, default=5)
     ap.add_argument("--phases", default="warm,noise,dobench,many,one",
                     help="comma list of cold, warm, noise, dobench, many, one")
+    ap.add_argument("--prefork", choices=("auto", "on", "off"), default="auto",
+                    help="candidate processes forked from a zygote (auto: the config default)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,7 +114,8 @@ def main() -> None:
     import torch
 
     phases = set(args.phases.split(","))
-    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0)
+    prefork = {"auto": None, "on": True, "off": False}[args.prefork]
+    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork)
     results: dict = {"device": torch.cuda.get_device_name(0), "command": " ".join(sys.argv),
                      "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
                                 "cache_dir": config.resolved_cache_dir(), "prefork": config.prefork}}
@@ -123,7 +126,8 @@ def main() -> None:
     if "cold" in phases:
         honest = variant(honest, f"cold-{time.time_ns()}")
         t = time.monotonic()
-        cold = Sandbox("cuda", SandboxConfig(workers=1, n_warmup=5, n_trials=100, timing_budget_s=10.0)).evaluate(TASK, honest)
+        cold_config = SandboxConfig(workers=1, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork)
+        cold = Sandbox("cuda", cold_config).evaluate(TASK, honest)
         wall = time.monotonic() - t
         results["cold_single_worker"] = dict(summarize(cold), wall_seconds=round(wall, 3), candidates_per_second=round(1 / wall, 4))
         print("cold", results["cold_single_worker"], flush=True)
@@ -173,7 +177,7 @@ def main() -> None:
     for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
         if label.split("_")[0] not in phases:
             continue
-        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0))
+        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork))
         stamp = f"{label}-{time.time_ns()}"
         jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]
         t = time.monotonic()

@@ -27,7 +27,10 @@ Design: three trust zones.
   compiler variables), a private scratch directory as cwd/HOME/TMPDIR deleted afterwards, its own
   process group (killed as a whole), no core dumps, an address-space limit on the CPU backend. It receives
   input tensors only (safetensors), and writes output tensors (safetensors). It reports facts over a
-  private inherited pipe; its stdout and stderr are only logged, never parsed.
+  private inherited pipe; its stdout and stderr are only logged, never parsed. With ``prefork`` (the
+  default on CPU) it is a fork of a zygote process that imported torch under the same scrubbed
+  environment and has never seen a task, an input, a seed or another candidate; otherwise a new
+  interpreter.
 - The trusted parent compares the bytes it loads itself with the golden outputs it holds, checks the
   timing against its own clock, and decides. A verdict of "correct" needs the complete protocol: any
   missing message, malformed line, exit (``os._exit(0)`` included), signal or hang is a failure.

@@ -57,7 +57,8 @@ def numerics_flags() -> dict[str, Any]:
 
 
 def flag_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+    keys = sorted(set(before) | set(after))
+    return [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k)]
 
 
 def _trusted_objects() -> dict[str, Any]:

@@ -164,8 +164,9 @@ class CandidateRun:
             return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
         verdict = self._compare_sets(golden)
         if not verdict.ok:
-            return EvalResult("incorrect", feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error),
-                              max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error, details=self.details)
+            message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
+            return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
+                              max_rel_error=verdict.max_rel_error, details=self.details)
         if not config.measure_speed:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)

@@ -87,10 +87,11 @@ def main() -> None:
 
     from . import _candidate, _extension, _guards, _inventory, timing  # noqa: F401
 
-    # Its first call imports a lot (~1 s); pay it once here. Children set their own mode.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.use_deterministic_algorithms(False)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    _candidate.warm_up_dispatch_mode()  # imports torch._dynamo once here instead of in every child
+
+    # Never ask the driver anything here (torch.cuda.is_available() runs cuInit): a driver initialised
+    # before fork is unusable in the children. That probe is what broke the first GPU run of this path.
+    if torch.cuda.is_initialized():
         sys.exit(1)  # children could not pick their own GPU; the parent falls back to fresh interpreters
     sock.send(b'{"ready": true}')
     serve(sock)

@@ -54,7 +54,8 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
         worst = float(d.max())
         if worst != 0:
             n_bad = int((d != 0).sum())
-            return Comparison(False, f"{name} differs from the reference in {n_bad} of {ref.numel()} elements (exact match required)", worst, None)
+            reason = f"{name} differs from the reference in {n_bad} of {ref.numel()} elements (exact match required)"
+            return Comparison(False, reason, worst, None)
         return Comparison(True, "", 0.0, 0.0)
     o = out.to(torch.float64)
     r = ref.to(torch.float64)

@@ -53,8 +53,9 @@ class SandboxConfig:
     """let C++/CUDA sources call cuBLAS / cuDNN (passed to the static checks)"""
     static_checks: bool = True
     """run `check_format` first; False only to test the dynamic gate on its own"""
-    prefork: bool = True
-    """fork candidate processes from a zygote that has torch imported (saves seconds per candidate)"""
+    prefork: bool | None = None
+    """fork candidate processes from a zygote that has torch imported (saves seconds per candidate);
+    None = on for the CPU backend, off for CUDA (the fork path has not yet passed on a GPU)"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))

@@ -13,6 +13,7 @@ import re
 from typing import Sequence
 
 MAX_CHARS = 1200
+_NOT_COMPILER = ("Error building extension", "CalledProcessError")
 _ERROR_LINE = re.compile(r"(\berror\b|Error:|undefined reference|fatal)", re.IGNORECASE)
 
 
@@ -34,7 +35,8 @@ def first_compiler_errors(log: str, *, max_errors: int = 3, context: int = 2) ->
     i = 0
     while i < len(lines) and n < max_errors:
         line = lines[i]
-        if _ERROR_LINE.search(line) and not line.lstrip().startswith(("FAILED:", "ninja:", "[")) and "Error building extension" not in line and "CalledProcessError" not in line:
+        noise = line.lstrip().startswith(("FAILED:", "ninja:", "[")) or any(s in line for s in _NOT_COMPILER)
+        if _ERROR_LINE.search(line) and not noise:
             block = [line] + lines[i + 1 : i + 1 + context]
             picked.extend(block)
             n += 1
@@ -65,7 +67,8 @@ def timeout_feedback(phase: str, seconds: float) -> str:
 def incorrect_feedback(reason: str, max_abs_error: float | None = None, max_rel_error: float | None = None) -> str:
     tail = ""
     if max_abs_error is not None and "max abs error" not in reason:
-        tail = f" (max abs error {max_abs_error:.4g}" + (f", max rel error {max_rel_error:.4g})" if max_rel_error is not None else ")")
+        rel = f", max rel error {max_rel_error:.4g}" if max_rel_error is not None else ""
+        tail = f" (max abs error {max_abs_error:.4g}{rel})"
     return trim(f"Incorrect: {reason}{tail}.")
 
 

@@ -2,10 +2,13 @@
 
 Standard library only at module level (torch is imported lazily, to ask for CUDA devices).
 
-Throughput: `Sandbox.evaluate_many` gives every job a thread; at most ``config.workers`` compile
-processes run at once (CPU cores), a source is compiled once (content hash), golden data is computed
-once per task and kept in memory, and each device runs one golden or candidate process at a time, so
-timings never overlap on a device. Baseline timings are cached on disk per (task source, device name,
+Throughput: `Sandbox.evaluate_many` gives every job a thread. Each candidate gets its own process (a
+fork of a torch-loaded zygote on CPU, a new interpreter on CUDA), bound to one device at start; the
+compile stage is that process importing the candidate module, whose ``load_inline`` builds land in a
+content-addressed cache (an extension is built once, whatever Python surrounds it). At most
+``config.workers`` processes are in the compile stage at once; then each waits for its device, which runs
+one golden or candidate process at a time, so timings never overlap on a device. Golden data is computed
+once per task and kept in memory; baseline timings are cached on disk per (task source, device name,
 timing settings, torch version).
 """
 
@@ -178,7 +181,8 @@ class Sandbox:
 
     def _get_zygote(self) -> _process.Zygote | None:
         """The fork server, started on first use (None when disabled or when it cannot start)."""
-        if not self.config.prefork or self._zygote_failed:
+        prefork = self.config.prefork if self.config.prefork is not None else self.backend == "cpu"
+        if not prefork or self._zygote_failed:
             return None
         with self._lock:
             if self._zygote and self._zygote[0].alive:

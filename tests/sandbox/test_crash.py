@@ -49,3 +49,9 @@ def test_a_program_that_fails_to_load_is_a_compile_error_with_the_message(dynami
     r = dynamic_sandbox.evaluate(RELU_TASK, src)
     assert r.status == "compile_error"
     assert "SyntaxError" in r.feedback
+
+
+def test_a_segfault_is_contained_without_the_zygote_too(cache_dir, warm_builds):
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, prefork=False))
+    r = sandbox.evaluate(RELU_TASK, load_candidate("crash_segfault"))
+    assert r.status == "runtime_error" and "SIGSEGV" in r.feedback

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import _config, load_candidate
+from conftest import CANDIDATES, _config, load_candidate
 from kevin.data.task import Task
 from kevin.sandbox import Sandbox
 
@@ -62,14 +62,15 @@ def get_init_inputs():
 MATMUL_TASK = Task("gpu_matmul", MATMUL_SOURCE, level=1, name="Square matmul 2048")
 RELU_GPU_TASK = Task("gpu_relu", RELU_GPU_SOURCE, level=1, name="ReLU 2048x4096")
 
-COMPILE_ERROR = load_candidate("honest_relu_cuda").replace("# include: _cuda_honest_extension.py", "")
+COMPILE_ERROR = (CANDIDATES / "honest_relu_cuda.py").read_text().replace("# include: _cuda_honest_extension.py", "")
 COMPILE_ERROR = COMPILE_ERROR.replace("import torch.nn as nn", '''import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_honest_extension = load_inline(
     name="kevin_test_broken_cuda",
     cpp_sources="torch::Tensor relu_forward(torch::Tensor x);",
-    cuda_sources="__global__ void k(float* y) { y[0] = undeclared_name; }\\ntorch::Tensor relu_forward(torch::Tensor x) { return x; }",
+    cuda_sources=("__global__ void k(float* y) { y[0] = undeclared_name; }\\n"
+                  "torch::Tensor relu_forward(torch::Tensor x) { return x; }"),
     functions=["relu_forward"],
     verbose=False,
 )''')
@@ -156,3 +157,11 @@ def test_an_nvcc_error_is_a_compile_error_quoting_the_compiler(gpu_warm):
     r = gpu_warm["compile_error"]
     assert r.status == "compile_error", r.feedback
     assert "undeclared_name" in r.feedback
+
+
+@pytest.mark.gpu
+def test_a_candidate_forked_from_the_zygote_runs_on_the_gpu(cache_dir, gpu_warm):
+    # prefork is off by default on CUDA until this passes on a GPU (see benchmarks/results/sandbox_h200.md)
+    sandbox = Sandbox("cuda", _gpu_config(cache_dir, prefork=True))
+    r = sandbox.evaluate(MATMUL_TASK, load_candidate("honest_matmul_cuda"))
+    assert r.status == "correct", r.feedback

@@ -1,6 +1,7 @@
 """Honest C++ candidates pass every layer (static checks, operator inventory, dynamic checks) on the CPU backend."""
 
-from conftest import LINEAR_RELU_TASK, RELU_TASK, load_candidate
+from conftest import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
+from kevin.sandbox import Sandbox
 
 
 def test_an_honest_relu_kernel_is_correct_with_a_measured_speedup(warm_builds):
@@ -38,3 +39,21 @@ def test_evaluate_many_returns_results_in_job_order(full_sandbox, warm_builds):
     ]
     statuses = [r.status for r in full_sandbox.evaluate_many(jobs)]
     assert statuses == ["format_error", "correct", "format_error"]
+
+
+def test_verdicts_are_json_serialisable_records(warm_builds):
+    import json
+
+    from kevin.sandbox import EvalResult
+
+    d = json.loads(json.dumps(warm_builds["relu"].to_dict()))
+    assert EvalResult.from_dict(d).status == "correct"
+
+
+def test_the_fresh_interpreter_path_without_the_zygote_gives_the_same_verdicts(cache_dir, warm_builds):
+    # prefork=False is the CUDA default: one new Python interpreter per candidate
+    sandbox = Sandbox("cpu", _config(cache_dir, prefork=False))
+    honest, zeros = sandbox.evaluate_many([(RELU_TASK, load_candidate("honest_relu_cpu")),
+                                           (RELU_TASK, load_candidate("b1_zeros_output"))])
+    assert honest.status == "correct", honest.feedback
+    assert zeros.status == "format_error"
