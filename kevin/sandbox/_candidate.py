@@ -60,7 +60,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
     channel.send("import_begin")
-    _extension.install(job["ext_root"], backend)
+    _extension.install(job["ext_root"], backend, on_build=lambda path: channel.send("build_dir", path=path))
     try:
         module = _extension.import_candidate(job["candidate"])
     except BaseException as exc:

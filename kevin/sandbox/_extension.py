@@ -36,8 +36,12 @@ def build_key(arguments: dict[str, Any], backend: str) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def install(ext_root: str, backend: str) -> None:
-    """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory."""
+def install(ext_root: str, backend: str, on_build: Any = None) -> None:
+    """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
+
+    ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
+    process it had to kill mid-build).
+    """
     import torch.utils.cpp_extension as ce
 
     original = ce.load_inline
@@ -50,6 +54,8 @@ def install(ext_root: str, backend: str) -> None:
         build_dir = os.path.join(ext_root, build_key(arguments, backend))
         os.makedirs(build_dir, exist_ok=True)
         arguments["build_directory"] = build_dir
+        if on_build is not None:
+            on_build(build_dir)
         return original(**arguments)
 
     load_inline.__doc__ = original.__doc__

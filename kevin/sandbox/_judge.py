@@ -100,8 +100,9 @@ class CandidateRun:
         cand = os.path.join(self.scratch, "candidate.py")
         with open(cand, "w") as f:
             f.write(src)
+        self.ext_root = os.path.join(cache_dir, "ext")
         job = {
-            "candidate": cand, "backend": backend, "ext_root": os.path.join(cache_dir, "ext"),
+            "candidate": cand, "backend": backend, "ext_root": self.ext_root,
             "memory_limit": config.memory_limit_bytes, "measure_speed": config.measure_speed,
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "inventory": config.kernel_inventory,
@@ -129,7 +130,25 @@ class CandidateRun:
             log = str(msg.data.get("message", ""))
             self.details["compile_log"] = log[-8000:]
             return EvalResult("compile_error", feedback.compile_error_feedback(log), details=self.details)
-        return self._crash(msg, deadline, self.config.compile_timeout_s)
+        result = self._crash(msg, deadline, self.config.compile_timeout_s)
+        if result.status == "timeout":
+            self._clear_build_locks()
+        return result
+
+    def _clear_build_locks(self) -> None:
+        """Remove torch's build lock in the directories a killed build was using (else the next candidate
+        with the same extension would wait on it until its own timeout)."""
+        root = os.path.realpath(self.ext_root)
+        for m in self.worker.messages:
+            if m.event != "build_dir":
+                continue
+            path = os.path.realpath(str(m.data.get("path", "")))
+            name = os.path.basename(path)
+            if os.path.dirname(path) == root and len(name) == 32 and all(c in "0123456789abcdef" for c in name):
+                try:
+                    os.remove(os.path.join(path, "lock"))
+                except OSError:
+                    pass
 
     # ---------------------------------------------------------------- stage 2: run and decide
     def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None) -> EvalResult:

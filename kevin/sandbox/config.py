@@ -56,6 +56,8 @@ class SandboxConfig:
     prefork: bool | None = None
     """fork candidate processes from a zygote that has torch imported (saves seconds per candidate);
     None = on for the CPU backend, off for CUDA (the fork path has not yet passed on a GPU)"""
+    max_golden_tasks: int = 16
+    """tasks whose golden data (inputs on disk, outputs in memory) a Sandbox keeps; older ones are recomputed"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))

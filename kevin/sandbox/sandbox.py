@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -55,6 +56,57 @@ def _cleanup(root: str, zygotes: list) -> None:
     for z in zygotes:
         z.close()
     shutil.rmtree(root, ignore_errors=True)
+
+
+class _GoldenCache:
+    """Golden data of at most ``capacity`` tasks, in memory and on disk (inputs can be gigabytes per task).
+
+    The least recently used task is dropped, and its directory deleted, once no candidate is using it;
+    dropping only costs a recomputation (the same secret seed gives the same inputs).
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, capacity)
+        self.entries: OrderedDict[str, _golden_run.Golden] = OrderedDict()
+        self.users: dict[str, int] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def peek(self, key: str) -> _golden_run.Golden | None:
+        with self._lock:
+            return self.entries.get(key)
+
+    def acquire(self, key: str, compute: Any) -> _golden_run.Golden:
+        """The entry for ``key`` (computed once if missing), marked in use until `release`."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                golden = self.entries.get(key)
+                if golden is not None:
+                    self.entries.move_to_end(key)
+                    self.users[key] = self.users.get(key, 0) + 1
+                    return golden
+            golden = compute()
+            with self._lock:
+                self.entries[key] = golden
+                self.users[key] = self.users.get(key, 0) + 1
+                self._evict()
+            return golden
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self.users[key] = self.users.get(key, 1) - 1
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self.entries) > self.capacity:
+            victim = next((k for k in self.entries if self.users.get(k, 0) <= 0), None)
+            if victim is None:
+                return
+            golden = self.entries.pop(victim)
+            if golden.inputs_path:
+                shutil.rmtree(os.path.dirname(os.path.dirname(golden.inputs_path)), ignore_errors=True)
 
 
 class _DevicePool:
@@ -97,8 +149,7 @@ class Sandbox:
         self._zygote: list[_process.Zygote] = []  # started lazily; a list so the finalizer sees it
         self._zygote_failed = False
         self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
-        self._golden: dict[str, _golden_run.Golden] = {}
-        self._golden_locks: dict[str, threading.Lock] = {}
+        self._golden = _GoldenCache(self.config.max_golden_tasks)
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
         self.arch = ""
@@ -162,13 +213,17 @@ class Sandbox:
                     if failed is not None:
                         return failed
                     with self._devices.locks[slot]:
-                        golden = self._golden_for(task_src, slot)
-                        if golden.error is not None:
-                            return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                                "the reference program itself failed in the sandbox; this task cannot be evaluated"),
-                                details={"golden_error": golden.error})
-                        baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
-                        result = run.judge(golden, baseline_ms=baseline)
+                        golden_key = _resolve.sha256(task_src)
+                        golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
+                        try:
+                            if golden.error is not None:
+                                return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                                    "the reference program itself failed in the sandbox; this task cannot be evaluated"),
+                                    details={"golden_error": golden.error})
+                            baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
+                            result = run.judge(golden, baseline_ms=baseline)
+                        finally:
+                            self._golden.release(golden_key)
                 finally:
                     run.close()
             details = dict(result.details)
@@ -216,13 +271,15 @@ class Sandbox:
                 return float(json.load(f)["baseline_ms"])
         except (OSError, ValueError, KeyError):
             pass
-        golden = self._golden.get(_resolve.sha256(task_src))
+        golden = self._golden.peek(_resolve.sha256(task_src))
         summary = (golden.meta.get("baseline") if golden else None) or {}
         if summary.get("median_ms") is None:
             # Golden data came from a device of another name (or without timing): time it here now.
             fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
                                            seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
             summary = (fresh.meta.get("baseline") or {}) if fresh.error is None else {}
+            if fresh.inputs_path:
+                shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
         if summary.get("median_ms") is None:
             return None
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -232,18 +289,14 @@ class Sandbox:
         os.replace(tmp, path)
         return float(summary["median_ms"])
 
-    def _golden_for(self, task_src: str, slot: Any) -> _golden_run.Golden:
-        key = _resolve.sha256(task_src)
-        with self._lock:
-            lock = self._golden_locks.setdefault(key, threading.Lock())
-        with lock:
-            if key not in self._golden:
-                need_baseline = self.config.measure_speed and not os.path.exists(self._baseline_path(task_src, slot))
-                self._golden[key] = _golden_run.run_golden(
-                    [(key[:16], task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
-                    seed=self._seed, baseline_keys=frozenset({key[:16]}) if need_baseline else frozenset(),
-                )[key[:16]]
-            return self._golden[key]
+    def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
+        """Run the golden process for one task on ``slot`` (its lock held), timing the baseline if not cached."""
+        key = _resolve.sha256(task_src)[:16]
+        need_baseline = self.config.measure_speed and not os.path.exists(self._baseline_path(task_src, slot))
+        return _golden_run.run_golden(
+            [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
+            baseline_keys=frozenset({key}) if need_baseline else frozenset(),
+        )[key]
 
 
 _DEFAULT: dict[tuple[str, SandboxConfig], Sandbox] = {}

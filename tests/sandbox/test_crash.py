@@ -1,5 +1,8 @@
 """Crash containment: every way a candidate can die or hang ends as a status with feedback."""
 
+import time
+from pathlib import Path
+
 from conftest import RELU_TASK, _config, load_candidate
 from kevin.sandbox import Sandbox
 
@@ -55,3 +58,12 @@ def test_a_segfault_is_contained_without_the_zygote_too(cache_dir, warm_builds):
     sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, prefork=False))
     r = sandbox.evaluate(RELU_TASK, load_candidate("crash_segfault"))
     assert r.status == "runtime_error" and "SIGSEGV" in r.feedback
+
+
+def test_a_build_killed_by_the_compile_timeout_leaves_no_stale_build_lock(cache_dir, warm_builds):
+    # a never-built variant of the shared extension (a unique comment): its build takes ~35 s here
+    src = load_candidate("honest_relu_cpu").replace('relu_cpp_source = r"""', f'relu_cpp_source = r"""\n// {time.time_ns()}', 1)
+    sandbox = Sandbox("cpu", _config(cache_dir, compile_timeout_s=5.0))
+    r = sandbox.evaluate(RELU_TASK, src)
+    assert r.status == "timeout"
+    assert not list(Path(cache_dir, "ext").glob("*/lock"))

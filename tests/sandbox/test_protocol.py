@@ -105,3 +105,22 @@ def test_the_config_rejects_nonsense():
 def test_task_sizes_for_the_backend_are_applied():
     t = Task("sized", RELU_TASK.source, sizes={"cpu": {"dim": 8}})
     assert "dim = 8" in t.source_for("cpu")
+
+
+def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_uses_it(tmp_path):
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox.sandbox import _GoldenCache
+
+    def make(name):
+        d = tmp_path / f"golden-{name}" / name
+        d.mkdir(parents=True)
+        (d / "inputs.safetensors").write_bytes(b"")
+        return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"))
+
+    cache = _GoldenCache(capacity=1)
+    cache.acquire("a", make("a"))  # "a" in use
+    cache.acquire("b", make("b"))  # over capacity, but "a" is in use and "b" too: nothing goes
+    assert set(cache.entries) == {"a", "b"}
+    cache.release("a")  # "a" is free and least recently used: evicted, its directory deleted
+    assert set(cache.entries) == {"b"}
+    assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
