@@ -21,8 +21,8 @@ Design: three trust zones.
 - The golden process loads only the task's reference (never candidate code). It draws the input sets
   from a secret per-run seed (``secrets``; never in any environment or file the candidate sees): the task's
   own distribution, then signed, scaled and heavy-tailed variants wherever the reference stays finite. It
-  computes golden outputs and times the baseline. Golden outputs go to the parent's memory; the file is
-  deleted before any candidate runs.
+  computes golden outputs and times the baseline. Golden outputs go to the parent as bytes over a private
+  pipe and live only in its memory: they are never written to disk.
 - The candidate process is fresh per candidate: a scrubbed environment (an allow-list: PATH, CUDA and
   compiler variables), a private scratch directory as cwd/HOME/TMPDIR deleted afterwards, its own
   process group (killed as a whole), no core dumps, an address-space limit on the CPU backend. It receives
@@ -79,7 +79,8 @@ Not defended, and why:
   system can read the harness's source, write into the shared build cache (``<cache>/ext``) to poison
   another candidate's build, or reach the network. Static rules forbid the imports this needs (os
   tricks, ctypes, subprocess, sockets, importlib) and golden outputs never touch the disk, but the real
-  fix is running the candidate process under another uid or in a container.
+  fix is running the candidate process under another uid or in a container. (Golden outputs are never
+  on disk, so this reaches inputs, not answers.)
 - In-process forgery by a determined candidate. The candidate's process also runs our worker code, so
   native code can in principle rewrite the worker or write its own report lines on the pipe. What that
   can gain is bounded: outputs are still compared byte for byte by the parent against golden outputs the

@@ -9,7 +9,8 @@
    (:mod:`._inputs`), keeping a variant only where the reference stays finite on it;
 4. computes golden outputs (and, in calibrate mode, the outputs on subsampled inputs);
 5. times the reference with the candidate's protocol (:mod:`.timing`) when asked;
-6. writes ``inputs.safetensors``, ``golden.safetensors`` (``sub.safetensors``) and ``meta.json``.
+6. writes ``inputs.safetensors`` (``sub.safetensors``) and ``meta.json``, and sends the golden outputs to
+   the parent as safetensors bytes over a private pipe: they are never on disk.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from typing import Any
 
 import torch
+from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 
 from . import _inputs, _worker, timing
@@ -94,7 +96,7 @@ def input_entries(inputs: list[Any], prefix: str, tensors: dict[str, torch.Tenso
     return spec
 
 
-def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.device, channel: _worker.Channel) -> dict[str, Any]:
     key, out_dir = spec["key"], spec["out_dir"]
     ns = load_task_namespace(spec["source"])
     init_inputs = list(ns["get_init_inputs"]())
@@ -146,7 +148,9 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
             )
         meta["baseline"] = run.summary()
     save_file(in_tensors, os.path.join(out_dir, "inputs.safetensors"))
-    save_file(gold, os.path.join(out_dir, "golden.safetensors"))
+    # Golden outputs never touch the disk (a candidate process of the same user could read a file):
+    # they go to the parent as safetensors bytes over the private data pipe.
+    channel.send_bytes("golden", safetensors_bytes(gold), key=key)
     meta["device_name"] = device_name(device)
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f)
@@ -178,7 +182,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         torch.cuda.set_device(device)
     for spec in job["tasks"]:
         try:
-            golden_for_task(spec, job, device)
+            golden_for_task(spec, job, device, channel)
             channel.send("task_done", key=spec["key"])
         except Exception as exc:  # noqa: BLE001 - a broken task is reported, the others still run
             channel.send("task_error", key=spec["key"], message=_worker.error_text(exc, 2000))

@@ -1,7 +1,8 @@
-"""Parent side of the golden process: start it for a batch of tasks, load what it wrote.
+"""Parent side of the golden process: start it for a batch of tasks, collect what it produced.
 
-Golden outputs are read into the parent's memory and their file is deleted at once, so no golden output
-sits on disk while candidates run. The inputs file stays: candidates receive a copy of it.
+Golden outputs arrive as safetensors bytes over a private pipe and live only in the parent's memory: no
+golden output is ever on disk, where a candidate process of the same user could read it. The inputs file
+stays on disk: candidates receive a copy of it.
 """
 
 from __future__ import annotations
@@ -75,14 +76,19 @@ def run_golden(
         "measure_loop": mode != "calibrate" and config.measure_speed,
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s},
     }
-    worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu))
+    worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu), data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))
     status: dict[str, str | None] = {}
+    outputs: dict[str, dict[str, Any]] = {}
     while True:
         msg = worker.next(deadline)
         if msg is None:
             break
-        if msg.event == "task_done":
+        if msg.event == "golden":
+            from safetensors.torch import load as load_bytes
+
+            outputs[str(msg.data["key"])] = load_bytes(worker.read_data(int(msg.data["nbytes"])))
+        elif msg.event == "task_done":
             status[msg.data["key"]] = None
         elif msg.event == "task_error":
             status[msg.data["key"]] = str(msg.data.get("message", "unknown error"))
@@ -101,21 +107,20 @@ def run_golden(
             results[key] = Golden(key, error=f"reference not computed: {why}\n{tail}")
         elif status[key] is not None:
             results[key] = Golden(key, error=f"the reference failed: {status[key]}")
+        elif key not in outputs:
+            results[key] = Golden(key, error="the golden process sent no outputs")
         else:
-            results[key] = load_golden(key, spec["out_dir"], keep_sub=(mode == "calibrate"))
+            results[key] = load_golden(key, spec["out_dir"], outputs[key], keep_sub=(mode == "calibrate"))
     return results
 
 
-def load_golden(key: str, out_dir: str, *, keep_sub: bool) -> Golden:
+def load_golden(key: str, out_dir: str, outputs: dict[str, Any], *, keep_sub: bool) -> Golden:
     import json
 
     from safetensors.torch import load_file
 
     with open(os.path.join(out_dir, "meta.json")) as f:
         meta = json.load(f)
-    gold_path = os.path.join(out_dir, "golden.safetensors")
-    outputs = load_file(gold_path)
-    os.remove(gold_path)
     sub = {}
     sub_path = os.path.join(out_dir, "sub.safetensors")
     if keep_sub and os.path.exists(sub_path):

@@ -166,7 +166,7 @@ class Worker:
     """
 
     def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None,
-                 zygote: Zygote | None = None):
+                 zygote: Zygote | None = None, data_pipe: bool = False):
         self.scratch = scratch
         job_path = os.path.join(scratch, "job.json")
         with open(job_path, "w") as f:
@@ -183,14 +183,22 @@ class Worker:
                 self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r))
             except (RuntimeError, OSError, queue.Empty):
                 self.proc = None
+        self.data = None
+        data_fds: tuple[int, ...] = ()
+        if data_pipe:  # a binary pipe worker -> parent (golden outputs: never written to disk)
+            data_r, data_w = os.pipe()
+            self.data = os.fdopen(data_r, "rb")
+            data_fds = (data_w,)
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r)],
+                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r), *map(str, data_fds)],
                 cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-                pass_fds=(rep_w, cmd_r), close_fds=True, start_new_session=True,
+                pass_fds=(rep_w, cmd_r, *data_fds), close_fds=True, start_new_session=True,
             )
         os.close(rep_w)
         os.close(cmd_r)
+        for fd in data_fds:
+            os.close(fd)
         self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
         self._queue: queue.Queue[Message | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, args=(rep_r,), daemon=True)
@@ -230,6 +238,17 @@ class Worker:
             if msg is None or msg.event in events or msg.event in ("error", "garbage"):
                 return msg
 
+    def read_data(self, n: int) -> bytes:
+        """Exactly ``n`` bytes from the data pipe (fewer only if the worker died)."""
+        chunks, left = [], n
+        while left > 0:
+            chunk = self.data.read(min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
     def send(self, command: str) -> None:
         try:
             self._cmd.write((command + "\n").encode())
@@ -258,7 +277,9 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        for f in (self._cmd, self._out, self._err):
+        for f in (self._cmd, self._out, self._err, self.data):
+            if f is None:
+                continue
             try:
                 f.close()
             except OSError:

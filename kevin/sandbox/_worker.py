@@ -18,8 +18,9 @@ from typing import Any
 class Channel:
     """The private report pipe (worker -> parent) and command pipe (parent -> worker)."""
 
-    def __init__(self, report_fd: int, command_fd: int | None = None):
+    def __init__(self, report_fd: int, command_fd: int | None = None, data_fd: int | None = None):
         self.report_fd = report_fd
+        self.data_fd = data_fd
         self.command = os.fdopen(command_fd, "rb", buffering=0) if command_fd is not None and command_fd >= 0 else None
 
     def send(self, event: str, **fields: Any) -> None:
@@ -27,6 +28,16 @@ class Channel:
         view = memoryview(line)
         while view:
             n = os.write(self.report_fd, view)
+            view = view[n:]
+
+    def send_bytes(self, event: str, payload: bytes, **fields: Any) -> None:
+        """A header line ``{event, nbytes, ...}`` on the report pipe, then ``payload`` on the data pipe."""
+        if self.data_fd is None:
+            raise RuntimeError("this worker has no data pipe")
+        self.send(event, nbytes=len(payload), **fields)
+        view = memoryview(payload)
+        while view:
+            n = os.write(self.data_fd, view[: 1 << 24])
             view = view[n:]
 
     def receive(self) -> str:
@@ -53,9 +64,10 @@ def apply_limits(memory_bytes: int | None) -> None:
 
 def parse_argv(argv: list[str]) -> tuple[dict[str, Any], Channel]:
     job_path, report_fd, command_fd = argv[1], int(argv[2]), int(argv[3])
+    data_fd = int(argv[4]) if len(argv) > 4 else None
     with open(job_path) as f:
         job = json.load(f)
-    return job, Channel(report_fd, command_fd)
+    return job, Channel(report_fd, command_fd, data_fd)
 
 
 def error_text(exc: BaseException, limit: int = 4000) -> str:

@@ -124,3 +124,14 @@ def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_u
     cache.release("a")  # "a" is free and least recently used: evicted, its directory deleted
     assert set(cache.entries) == {"b"}
     assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
+
+
+def test_golden_outputs_reach_the_parent_without_ever_being_written_to_disk(tmp_path):
+    from kevin.sandbox._golden_run import run_golden
+
+    g = run_golden([("relu", RELU_TASK.source)], root=str(tmp_path), gpu=None,
+                   config=SandboxConfig(measure_speed=False), seed=3)["relu"]
+    assert g.error is None
+    assert torch.equal(g.outputs["set0.out0"], torch.relu(g.outputs["set0.out0"]))  # a ReLU output: no negatives
+    files = sorted(p.name for p in tmp_path.rglob("*.safetensors"))
+    assert files == ["inputs.safetensors"]
