@@ -67,7 +67,8 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   the persisting-L2 limit set to 0 and persisting lines reset. D8: the baseline is timed in the golden
   process, with the same protocol, before and apart from any candidate.
 - D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
-  the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.25 ms.
+  the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.5 ms (plus a
+  quarter of the loop's own cost).
 - E1-E3: a fresh process and scratch directory per candidate, a scrubbed environment, no secrets in the
   candidate's process; E2 exits and crashes, hangs (timeouts kill the process group) and out-of-memory
   (RLIMIT_AS on CPU, the CUDA allocator's OOM on GPU) become statuses, never a crash of the caller.
@@ -84,13 +85,16 @@ Not defended, and why:
 - In-process forgery by a determined candidate. The candidate's process also runs our worker code, so
   native code can in principle rewrite the worker or write its own report lines on the pipe. What that
   can gain is bounded: outputs are still compared byte for byte by the parent against golden outputs the
-  candidate never saw, and forged speed is bounded by the wall-clock check (at most ~3x, or 0.25 ms per
+  candidate never saw, and forged speed is bounded by the wall-clock check (at most ~3x, or 0.5 ms per
   call for tiny kernels).
 - Library kernels called directly from C++ (cuBLAS, cuDNN, CUTLASS) bypass the dispatcher, so the
   runtime inventory misses them; only the static layer flags them (``allow_libraries`` turns that off).
   No CUPTI kernel inventory is taken.
 - Shapes: inputs have the task's shapes only (no hidden extra shapes), so B9 shape-specialised kernels
   that are correct at the task's shapes pass; they are, at those shapes, correct.
+- Escaping the process group: a candidate that forks a child which calls ``setsid()`` survives the
+  kill of its group (no cgroup or PID namespace here). The static layer forbids processes; the fix is
+  again an OS sandbox.
 - ``measure_speed=False`` skips the timed calls and therefore the rechecks: first-N-calls hacks (C5)
   then pass; keep timing on for rewards.
 - Background work that finishes before the output is copied (a native thread, a CUDA stream outside

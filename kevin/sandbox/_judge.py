@@ -69,13 +69,14 @@ def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_o
 
     implied = (t_arrival(timing_end) - t_arrival(timing_begin)) / calls - loop_overhead, where the loop
     overhead was measured by the golden process running the identical loop around a trusted copy.
-    Fails when implied > max_wall_ratio * reported + (0.25 ms + 5% of the overhead).
+    Fails when implied > max_wall_ratio * reported + (0.5 ms + 25% of the loop overhead): generous, because
+    the host side of the loop slows down when other processes (parallel compiles) compete for the CPU.
     """
     if "timing_begin" not in messages or "timing_end" not in messages:
         return {"ok": False, "reason": "the timing messages are incomplete"}
     calls = max(1, int(messages["timing_end"].data.get("n_calls", 1)))
     implied = (messages["timing_end"].t - messages["timing_begin"].t) * 1e3 / calls - loop_overhead_ms
-    slack = 0.25 + 0.05 * loop_overhead_ms
+    slack = 0.5 + 0.25 * loop_overhead_ms
     ok = implied <= config.max_wall_ratio * reported_ms + slack
     return {"ok": ok, "implied_ms": implied, "reported_ms": reported_ms, "loop_overhead_ms": loop_overhead_ms,
             "reason": "" if ok else (f"the parent's wall clock implies {implied:.4g} ms per call, but the kernel reported "
