@@ -633,7 +633,7 @@ def run_reference(task: Task, *, backend: str = "cpu", device: str = "cpu", seed
     # tensors are created on ``device`` directly: drawing GPU-sized inputs on the host is slow
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
-        model = ns["Model"](*ns["get_init_inputs"]()).eval()  # eval mode, as the sandbox runs it
+        model = ns["Model"](*ns["get_init_inputs"]())  # training mode, as the sandbox runs it
         torch.manual_seed(seed + 1 if input_seed is None else input_seed)
         inputs = list(ns["get_inputs"]())
         with torch.no_grad():
@@ -690,7 +690,7 @@ def eager_runtime_ms(task: Task, *, device: str = "cpu", repeats: int = 5) -> fl
     ns = load_program(task, backend)
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(0)
-        model = ns["Model"](*ns["get_init_inputs"]()).eval()
+        model = ns["Model"](*ns["get_init_inputs"]())
         inputs = list(ns["get_inputs"]())
     times = []
     with torch.no_grad():

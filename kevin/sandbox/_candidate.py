@@ -108,7 +108,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     try:
         model = model_cls(*init_inputs)
         if isinstance(model, torch.nn.Module):
-            model = model.to(device).eval()
+            model = model.to(device).train(bool(job.get("train_mode", True)))
     except BaseException as exc:
         raise _tag(exc, "build")
     channel.send("model_ready")

@@ -104,7 +104,7 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     torch.manual_seed(init_seed)
     model = ns["Model"](*init_inputs)
     if isinstance(model, torch.nn.Module):
-        model = model.to(device).eval()
+        model = model.to(device).train(bool(job.get("train_mode", True)))
     names, sets, outs = draw_sets(ns, model, job, key, device)
 
     in_tensors: dict[str, torch.Tensor] = {}

@@ -71,6 +71,7 @@ def run_golden(
         "device": "cuda:0" if gpu is not None else "cpu",
         "seed": seed,
         "n_sets": config.n_input_sets,
+        "train_mode": config.train_mode,
         "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
         "tasks": specs,
         "measure_loop": mode != "calibrate" and config.measure_speed,

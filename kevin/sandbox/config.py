@@ -66,6 +66,9 @@ class SandboxConfig:
     """compiled extensions and baseline timings; None = `default_cache_dir()`"""
     seed: int | None = None
     """input seed; None = a secret per-run seed from `secrets` (the right choice for training)"""
+    train_mode: bool = True
+    """build both models in training mode, as KernelBench does (``nn.Module``'s default): BatchNorm uses
+    batch statistics. False = ``.eval()`` (BatchNorm uses running statistics, Dropout is the identity)"""
     max_wall_ratio: float = 3.0
     """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
 
@@ -84,4 +87,4 @@ class SandboxConfig:
 
     def timing_settings(self) -> dict[str, Any]:
         """The fields that change a timing, so they key the baseline cache."""
-        return {k: v for k, v in asdict(self).items() if k in ("n_warmup", "n_trials", "timing_budget_s")}
+        return {k: v for k, v in asdict(self).items() if k in ("n_warmup", "n_trials", "timing_budget_s", "train_mode")}

@@ -56,3 +56,37 @@ def test_a_task_whose_reference_fails_does_not_pass(reports):
 
 def test_calibrate_of_one_task_matches_calibrate_many(reports):
     assert calibrate(RELU_TASK, config=CONFIG).passed == reports["test_relu"].passed
+
+
+BATCHNORM_TASK = Task("fresh_batchnorm", """import torch
+import torch.nn as nn
+
+batch_size, channels, size = 8, 4, 6
+
+
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, size, size) * 3 + 2]
+
+
+def get_init_inputs():
+    return [channels]
+""")
+
+
+def test_models_run_in_training_mode_so_a_fresh_batchnorm_is_not_the_identity():
+    # Training mode (KernelBench's): y = (x - batch mean) / batch std, far from x = 3 * randn + 2, so the
+    # passthrough control is rejected. In eval mode a fresh BatchNorm (running mean 0, var 1, weight 1,
+    # bias 0) computes x / sqrt(1 + 1e-5), i.e. the input itself: `return x` would pass.
+    train = calibrate(BATCHNORM_TASK, config=CONFIG)
+    assert train.passed and train.controls["passthrough"].status == "incorrect"
+    evaluated = calibrate(BATCHNORM_TASK, config=SandboxConfig(seed=1234, train_mode=False))
+    assert not evaluated.passed and "passthrough" in evaluated.accepted_controls
