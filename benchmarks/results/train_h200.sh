@@ -17,6 +17,12 @@ LAUNCH2=${LAUNCH2:-"accelerate launch --multi_gpu --num_processes 2 --num_machin
   python3 -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
 } > "$R/env.txt" 2>&1
 
+# Beside the one-GPU run, on the idle second GPU: the generation benchmark of issue 6 (plain generate
+# against the policy's default CUDA mode, Qwen2.5-1.5B shape); results land in summary.txt.
+CUDA_VISIBLE_DEVICES=1 timeout 175 python3 benchmarks/generation.py --shape 1.5b --variants policy:static,hf_generate \
+  --cap-s 110 --budget-s 160 --out "$R/gen" > "$R/gen.log" 2>&1 &
+GEN=$!
+
 echo "== one GPU, 2 steps (t=$SECONDS s)"
 CUDA_VISIBLE_DEVICES=0 timeout "$(cap 200)" python3 recipes/train_multiturn.py $COMMON --tracker tensorboard \
   --output_dir "$R/one" > "$OUT/one.log" 2>&1; echo "rc=$?" >> "$OUT/one.log"
@@ -24,6 +30,7 @@ FB="$R/one/rollouts/step_000001.jsonl.gz"
 echo "== fixed batch, 1 process (t=$SECONDS s)"
 CUDA_VISIBLE_DEVICES=0 timeout "$(cap 80)" python3 recipes/train_multiturn.py $COMMON --output_dir "$R/fb1" \
   --debug_fixed_batch "$FB" > "$OUT/fixed1.log" 2>&1; echo "rc=$?" >> "$OUT/fixed1.log"
+wait "$GEN" 2>/dev/null  # both GPUs are needed from here on
 echo "== fixed batch, 2 processes (t=$SECONDS s)"
 timeout "$(cap 90)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/fb2" \
   --debug_fixed_batch "$FB" > "$OUT/fixed2.log" 2>&1; echo "rc=$?" >> "$OUT/fixed2.log"
@@ -37,6 +44,7 @@ if [ "$(left)" -gt 130 ]; then
 fi
 echo "== summary (t=$SECONDS s)"
 cp "$R/one/metrics.jsonl" "$OUT/one_metrics.jsonl" 2>/dev/null; cp "$R/two/metrics.jsonl" "$OUT/two_metrics.jsonl" 2>/dev/null
-{ cat "$R/env.txt"; python3 benchmarks/results/train_h200_summary.py "$R"; } > "$OUT/summary.txt" 2>&1
+{ cat "$R/env.txt"; python3 benchmarks/results/train_h200_summary.py "$R"
+  echo "== generation benchmark (GPU 1)"; grep -v DEBUG "$R/gen.log" | tail -40; cat "$R"/gen/* 2>/dev/null; } > "$OUT/summary.txt" 2>&1
 ls -R "$R" | head -60 >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
