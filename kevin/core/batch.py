@@ -2,13 +2,17 @@
 
 Layout of a batch of B samples (P = longest prompt, L = longest response)::
 
-    input_ids  [B, P + L]   pad pad p p p | r r r pad      prompt left-padded, response right-padded
-    mask       [B, L]                     1 1 1 0          1 = token sampled by the policy
+    input_ids  [B, P + L]   p p p pad pad p | r r r pad     prompt padded before its LAST token,
+    mask       [B, L]                         1 1 1 0       response right-padded; 1 = sampled token
 
-Left-padding the prompts puts every response at the same columns ``P .. P+L-1``, so the logits that
-predict the response are one slice ``logits[:, P-1 : P+L-1]`` (and the model only has to return the
-last ``L + 1`` positions' logits). Position ids count real tokens only, so a padded prompt sees the same
-positions as it did unpadded.
+Every prompt's last token sits in column ``P - 1`` and every response starts in column ``P``, so the
+logits that predict the response are one slice ``logits[:, P-1 : P+L-1]`` (and the model only has to
+return the last ``L + 1`` positions' logits). The padding goes *inside* the prompt rather than in front
+of it so that no padded query row is fully masked: a left-padded row's first positions attend to nothing,
+and on CUDA the fused attention backward turns such a row into NaN gradients for every weight (seen on
+an H200 with sdpa, torch 2.11), even though the forward is finite. Here each pad attends to the prompt
+tokens before it; pads are never attended by real tokens (attention mask 0), and position ids count real
+tokens only, so every real token's output is exactly what it is unpadded.
 
 >>> from kevin.core.types import Sample
 >>> s = [Sample((5, 6), (7,), (1,), 1.0, 0.5, "t", 0, 0, 0), Sample((5,), (8, 9), (1, 1), 0.0, -0.5, "t", 0, 1, 0)]
@@ -66,7 +70,7 @@ class Batch:
 
 
 def collate(samples: Sequence[Sample], pad_id: int) -> Batch:
-    """Pad B samples into a :class:`Batch` (prompts left-padded, responses right-padded).
+    """Pad B samples into a :class:`Batch` (prompts padded before their last token, responses right-padded).
 
     ``mask`` is each sample's own ``loss_mask`` padded with 0, so tokens the splitter marked as not
     sampled stay untrained. ``old_logprobs`` is filled only when every sample carries them.
@@ -85,9 +89,15 @@ def collate(samples: Sequence[Sample], pad_id: int) -> Batch:
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         assert len(s.loss_mask) == r, (len(s.loss_mask), r)
-        input_ids[i, P - p : P] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        if p == 0:
+            raise ValueError("a sample needs at least one prompt token")
+        head = p - 1 if p > 1 else 0  # a one-token prompt is left-padded (nothing before it to attend)
+        prompt = torch.tensor(s.prompt_ids, dtype=torch.long)
+        input_ids[i, :head] = prompt[:head]
+        input_ids[i, P - (p - head) : P] = prompt[head:]
         input_ids[i, P : P + r] = torch.tensor(s.response_ids, dtype=torch.long)
-        attention[i, P - p : P + r] = 1
+        attention[i, :head] = 1
+        attention[i, P - (p - head) : P + r] = 1
         response[i, :r] = input_ids[i, P : P + r]
         mask[i, :r] = torch.tensor(s.loss_mask, dtype=torch.float32)
         if old is not None:
@@ -105,19 +115,21 @@ def slice_batch(batch: Batch, start: int, stop: int, *, old_logprobs: Tensor | N
     rows = slice(start, stop)
     att = batch.attention_mask[rows]
     P, L = batch.prompt_len, batch.response_len
-    used_prompt = att[:, :P].any(0).nonzero()
-    first = int(used_prompt[0]) if len(used_prompt) else P  # first prompt column any row uses
+    keep = att[:, :P].any(0)  # prompt columns some row uses (pads of every row are dropped)
+    keep[P - 1] = True  # the column whose logits predict the first response token
+    cols = keep.nonzero()[:, 0]
     used_resp = batch.mask[rows].any(0).nonzero()
     resp_len = max(int(used_resp[-1]) + 1, 1) if len(used_resp) else 1
     old = batch.old_logprobs if old_logprobs is None else old_logprobs
+    cols = torch.cat([cols, torch.arange(P, P + resp_len, dtype=torch.long, device=att.device)])
     return Batch(
-        input_ids=batch.input_ids[rows, first : P + resp_len],
-        attention_mask=att[:, first : P + resp_len],
-        position_ids=batch.position_ids[rows, first : P + resp_len],
+        input_ids=batch.input_ids[rows][:, cols],
+        attention_mask=att[:, cols],
+        position_ids=batch.position_ids[rows][:, cols],
         response_ids=batch.response_ids[rows, :resp_len],
         mask=batch.mask[rows, :resp_len],
         advantages=batch.advantages[rows],
-        prompt_len=P - first,
+        prompt_len=int(keep.sum()),
         old_logprobs=None if old is None else old[rows, :resp_len],
     )
 

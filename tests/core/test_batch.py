@@ -12,13 +12,30 @@ def _sample(prompt, response, adv=0.0, mask=None, old=None):
     return Sample(tuple(prompt), tuple(response), tuple(mask or [1] * len(response)), 0.0, adv, "t", 0, 0, 0, old)
 
 
-def test_prompts_are_left_padded_and_responses_right_padded():
+def test_one_token_prompts_are_left_padded_and_responses_right_padded():
     b = collate([_sample([5, 6, 7], [8]), _sample([9], [10, 11, 12])], pad_id=0)
     # P = 3, L = 3: row 0 = 5 6 7 | 8 0 0 ; row 1 = 0 0 9 | 10 11 12
     assert b.input_ids.tolist() == [[5, 6, 7, 8, 0, 0], [0, 0, 9, 10, 11, 12]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
     assert b.response_ids.tolist() == [[8, 0, 0], [10, 11, 12]]
     assert b.prompt_len == 3
+
+
+def test_prompts_are_padded_before_their_last_token():
+    b = collate([_sample([5, 6, 7, 8], [9]), _sample([1, 2], [3, 4])], pad_id=0)
+    # P = 4: row 1 = 1 (pad pad) 2 | 3 4 -> its last prompt token is in column P-1 like row 0's
+    assert b.input_ids.tolist() == [[5, 6, 7, 8, 9, 0], [1, 0, 0, 2, 3, 4]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 0, 0, 1, 1, 1]]
+    # positions count real tokens only: 1 -> 0, 2 -> 1, 3 -> 2, 4 -> 3
+    assert b.position_ids[1].tolist() == [0, 0, 0, 1, 2, 3]
+
+
+def test_no_padded_row_attends_to_nothing():
+    # Under a causal mask, column c of a row attends to the real tokens in columns <= c. A row whose first
+    # columns are all padding has empty attention rows there, which the CUDA attention backward turns into
+    # NaN gradients. With a prompt of >= 2 tokens, every column has a real token at or before it.
+    b = collate([_sample(range(1, 9), [9]), _sample([1, 2], [3]), _sample([4, 5, 6], [7, 8])], pad_id=0)
+    assert (b.attention_mask.cumsum(-1) >= 1).all()
 
 
 def test_position_ids_count_real_tokens_only():
@@ -50,6 +67,13 @@ def test_a_slice_trims_the_padding_its_rows_do_not_use():
     assert s.input_ids.tolist() == [[5, 6, 7, 8]] and s.prompt_len == 3 and s.response_len == 1
     s = slice_batch(b, 1, 2)  # row 1 alone: the two leading pads go
     assert s.input_ids.tolist() == [[9, 10, 11, 12]] and s.prompt_len == 1
+
+
+def test_a_slice_drops_the_inner_padding_its_rows_do_not_use():
+    b = collate([_sample([5, 6, 7, 8], [9]), _sample([1, 2], [3, 4]), _sample([1, 3], [5])], pad_id=0)
+    s = slice_batch(b, 1, 3)  # rows 1 and 2: both padded in columns 1 and 2, which go
+    assert s.input_ids.tolist() == [[1, 2, 3, 4], [1, 3, 5, 0]] and s.prompt_len == 2
+    assert s.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 2]]
 
 
 @pytest.fixture(scope="module")
