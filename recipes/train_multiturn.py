@@ -342,9 +342,13 @@ def main(argv: list[str]) -> None:
                 for k, v in stats.items():
                     stats_sum[k] = stats_sum.get(k, 0.0) + w * v.float()
                 stats_sum["loss/total"] = stats_sum.get("loss/total", 0.0) + loss.detach().float()
-            stats_sum["train/grad_norm"] = acc.clip_grad_norm_(params, cfg.grad_clip).float()
+            grad_norm = acc.clip_grad_norm_(params, cfg.grad_clip).float()  # the same on every process
+            finite = bool(torch.isfinite(grad_norm))
+            stats_sum["train/grad_norm"] = grad_norm
+            stats_sum["train/skipped_update"] = torch.tensor(float(not finite), device=acc.device)
             stats_sum["train/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=acc.device)
-            optimizer.step()
+            if finite:  # a NaN/inf gradient would turn every weight into NaN: skip the update, and log it
+                optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             updates.append(stats_sum)
