@@ -45,7 +45,7 @@ from kevin.core.records import load_rollout, save_rollout, turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
 from kevin.core.tracking import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from,
-                                 markdown_table, read_jsonl)
+                                 write_run_report)
 from kevin.rewards import aggregate_rewards
 
 
@@ -382,19 +382,11 @@ def main(argv: list[str]) -> None:
 
     # ------------------------------------------------------------------ report
     if main_proc:
-        records = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
-        keys = ["step", "reward/score_mean", "reward/return_mean", "rollout/correct", "loss/policy", "train/grad_norm",
-                "time/generation", "time/sandbox", "time/train"]
-        lines = [f"# Single-turn GRPO run: {out}", "", f"{len(records)} steps; model {cfg.model}; {cfg.tasks_per_step} tasks"
-                 f" x {cfg.n_trajectories} trajectories x {cfg.n_turns} turns per step; {world} process(es).", "",
-                 markdown_table(records, keys), ""]
-        if all(not r["reward/score_max"] for r in records):
-            lines += ["Every reward was 0: no kernel was correct (expected of the tiny and random: models, whose output",
-                      "never parses; recipes/teach_credit_assignment.py shows learning on the CPU).", ""]
-        lines += [f"Latest checkpoint: {latest_checkpoint(out / 'checkpoints')}", "",
-                  "Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/"]
-        (out / "report.md").write_text("\n".join(lines) + "\n")
-        acc.print(f"done: {out / 'report.md'}")
+        summary = (f"model {cfg.model}; {cfg.tasks_per_step} tasks x {cfg.n_trajectories} trajectories x "
+                   f"{cfg.n_turns} turns per step; {world} process(es).")
+        report = write_run_report(out, title="Single-turn GRPO run", summary=summary,
+                                  checkpoint=latest_checkpoint(out / "checkpoints"))
+        acc.print(f"done: {report}")
     logger.close()
 
 

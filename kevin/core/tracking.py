@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
 __all__ = [
@@ -169,3 +170,28 @@ def markdown_table(records: Iterable[Mapping[str, Any]], keys: Iterable[str], *,
     lines = ["| " + " | ".join(keys) + " |", "| " + " | ".join("---" for _ in keys) + " |"]
     lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in records]
     return "\n".join(lines)
+
+
+REPORT_KEYS = ("step", "reward/score_mean", "reward/return_mean", "rollout/correct", "loss/policy", "train/grad_norm",
+               "time/generation", "time/sandbox", "time/train")
+
+
+def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, checkpoint: Any = None,
+                     keys: Iterable[str] = REPORT_KEYS) -> Path:
+    """Write ``out_dir/report.md``: a title, a summary line and one table row per step of ``metrics.jsonl``.
+
+    Only step records (those with ``loss/policy``) are tabulated. When no step earned any reward, the report
+    says so, since a table of zeros otherwise reads like a bug.
+    """
+    out = Path(out_dir)
+    records = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
+    lines = [f"# {title}: {out}", "", f"{len(records)} steps; {summary}", "", markdown_table(records, keys), ""]
+    if records and all(not r.get("reward/score_max") for r in records):
+        lines += ["Every reward was 0: no kernel was correct. That is expected of the tiny model and of randomly",
+                  "initialised models, whose output never parses; recipes/teach_credit_assignment.py shows learning",
+                  "on the CPU.", ""]
+    lines += [f"Latest checkpoint: {checkpoint}", "",
+              "Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/"]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
