@@ -137,29 +137,18 @@ class Config:
 # CPU-sized defaults used when --model tiny (anything on the command line still wins).
 TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=1, max_new_tokens=32, max_prompt_tokens=None, backend="cpu",
             bf16=False, gradient_checkpointing=False, steps=3, micro_batch_size=8, lr=1e-4, output_dir="runs/tiny-singleturn")
-RANDOM_CONFIGS = {  # public config.json values of these models (no download needed)
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
-}
 
 
 def build_model(cfg: Config, device: torch.device):
     """(model, tokenizer) for cfg.model, on ``device``, LoRA-wrapped when cfg.lora."""
     dtype = torch.bfloat16 if cfg.bf16 and cfg.lora and device.type == "cuda" else torch.float32
     if cfg.model == "tiny" or cfg.model.startswith("random:"):
-        from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+        from kevin.core.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
         tokenizer = build_tiny_tokenizer()
         if cfg.model == "tiny":
             model = build_tiny_model(tokenizer, seed=cfg.seed).to(device)
-        else:
-            from transformers import Qwen2Config, Qwen2ForCausalLM
-            arch = RANDOM_CONFIGS[cfg.model.split(":", 1)[1]]
-            config = Qwen2Config(**arch, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            with device:  # initialise directly on the GPU (about 75 s on the host for 1.5B)
-                model = Qwen2ForCausalLM._from_config(config, dtype=dtype)
+        else:  # a real architecture with random weights, built on the GPU directly
+            model = build_random_model(cfg.model.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")

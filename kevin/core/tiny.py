@@ -224,6 +224,33 @@ def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, nu
     return model
 
 
+# Public config.json values of real architectures, so that speed and memory can be measured at real scale
+# with random weights and nothing downloaded.
+REAL_ARCHITECTURES = {
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+
+
+def build_random_model(name: str, tokenizer: Any, *, device: Any = "cpu", dtype: Any = None) -> Any:
+    """A randomly initialised Qwen2 causal LM of a real architecture (``REAL_ARCHITECTURES[name]``).
+
+    Built directly on ``device`` (constructing Qwen2.5-1.5B on the host takes about 75 s). Meant for speed
+    and memory tests with the tiny tokenizer: its outputs are noise.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if name not in REAL_ARCHITECTURES:
+        raise ValueError(f"unknown architecture {name!r}; expected one of {sorted(REAL_ARCHITECTURES)}")
+    config = Qwen2Config(**REAL_ARCHITECTURES[name], max_position_embeddings=32768, rope_theta=1e6,
+                         rms_norm_eps=1e-6, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    with torch.device(device):
+        return Qwen2ForCausalLM._from_config(config, dtype=dtype or torch.float32)
+
+
 def tiny_policy(seed: int = 0, **kwargs: Any) -> Any:
     """``TransformersPolicy`` over the tiny tokenizer and model; ``kwargs`` go to the policy (max_new_tokens, ...)."""
     from kevin.core.policy import TransformersPolicy

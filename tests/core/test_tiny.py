@@ -70,3 +70,19 @@ def test_tiny_policy_generates_one_response_per_conversation():
     assert isinstance(policy, TransformersPolicy)
     gens = policy.generate([[{"role": "user", "content": "hi"}]] * 2)
     assert len(gens) == 2 and all(1 <= len(g.token_ids) <= 4 for g in gens)
+
+
+def test_random_real_architecture_has_the_real_shapes_and_rejects_unknown_names():
+    import pytest
+    import torch
+
+    from kevin.core.tiny import build_random_model, build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    with pytest.raises(ValueError, match="qwen2.5-1.5b"):
+        build_random_model("qwen9", tok)
+    # the meta device builds the 1.5B architecture without allocating it: 28 layers, hidden 1536, 151936 tokens
+    model = build_random_model("qwen2.5-1.5b", tok, device="meta", dtype=torch.bfloat16)
+    assert model.config.num_hidden_layers == 28 and model.config.hidden_size == 1536
+    assert model.get_input_embeddings().weight.shape == (151936, 1536)
+    assert 1.5e9 < sum(p.numel() for p in model.parameters()) < 1.6e9
