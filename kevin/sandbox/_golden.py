@@ -122,9 +122,12 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         meta["sets"].append({"inputs": input_entries(x, f"set{k}", in_tensors), "n_outputs": len(y)})
         for i, o in enumerate(y):
             gold[f"set{k}.out{i}"] = o
+    # Recheck inputs are made the way the candidate's timed inputs are (every tensor of a correctness set
+    # rolled by a secret shift), so the candidate cannot tell a checked timed call from an unchecked one.
+    shifts = random.Random(_inputs.derive_seed(int(job["seed"]), key, "recheck"))
     for r in range(int(job["n_rechecks"])):
-        torch.manual_seed(_inputs.derive_seed(int(job["seed"]), key, "recheck", r))
-        x = list(ns["get_inputs"]())
+        x = [torch.roll(v.reshape(-1), shifts.randrange(1, v.numel())).reshape(v.shape)
+             if isinstance(v, torch.Tensor) and v.numel() > 1 else v for v in sets[r % len(sets)]]
         y = run_reference(model, x, device)
         meta["rechecks"].append({"inputs": input_entries(x, f"re{r}", in_tensors), "n_outputs": len(y)})
         for i, o in enumerate(y):

@@ -68,6 +68,8 @@ DYNAMIC = {
     "d2_background_thread": (RELU_TASK, "Python thread"),
     "d3_lazy_tensor_subclass": (RELU_TASK, "not exactly a torch.Tensor"),
     "d4_cache_by_data_ptr": (RELU_TASK, "differs from the reference"),
+    "d4_skip_rolled_seen_inputs": (RELU_TASK, "timed call"),
+    "c5_compute_only_at_reused_addresses": (RELU_TASK, "timed call"),
     "d6_timer_monkeypatch": (RELU_TASK, "time.perf_counter was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
@@ -82,15 +84,16 @@ def test_the_dynamic_gate_alone_rejects_the_attack_with_a_reason(dynamic_sandbox
     assert reason in r.feedback, r.feedback
 
 
-@pytest.mark.parametrize("name", ["c1_input_mutation", "c5_first_n_calls_correct", "d4_cache_by_data_ptr"])
+@pytest.mark.parametrize("name", ["c1_input_mutation", "c5_first_n_calls_correct", "d4_cache_by_data_ptr",
+                                  "d4_skip_rolled_seen_inputs", "c5_compute_only_at_reused_addresses"])
 def test_attacks_the_static_layer_cannot_see_are_rejected_by_the_full_sandbox(full_sandbox, warm_builds, name):
     r = full_sandbox.evaluate(RELU_TASK, load_candidate(name))
     assert r.status == "incorrect", r.feedback
 
 
 def test_a_pointer_keyed_cache_is_caught_by_the_recheck_of_a_timed_call_at_a_reused_address(dynamic_sandbox, warm_builds):
-    # Correctness calls may or may not reuse an address; the recheck always does (golden content copied
-    # into the previous timed call's buffers), so the cached stale output must surface there at the latest.
+    # Correctness calls may or may not reuse an address; the first recheck always does (golden content
+    # copied into the previous timed call's buffers), so the cached stale output must surface there.
     r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("d4_cache_by_data_ptr"))
     assert r.status == "incorrect"
     assert "timed call" in r.feedback or "input set" in r.feedback
