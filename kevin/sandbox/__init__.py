@@ -58,10 +58,15 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   harness's functions are snapshotted before import and compared after import, forward and timing; the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2).
-- C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: timed calls get new
-  content at new addresses (old buffers kept alive), and outputs of timed calls at secret positions are
-  compared with golden outputs; each recheck reuses the previous call's buffers with new content, so a
-  pointer-keyed cache returns a stale answer there.
+- C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: every timed call gets
+  new content (a correctness set with each tensor rolled by a random shift), either at new addresses (old
+  buffers kept alive) or written into the previous call's buffers in place, at random. Outputs of timed
+  calls at secret positions are compared with golden outputs, and those rechecks are made the same way
+  (rolled correctness sets, whose reference outputs the golden process computed), so neither the content
+  nor the address tells a checked call from an unchecked one; with two or more rechecks at least one
+  reuses the previous buffers (a pointer-keyed cache returns a stale answer there) and one does not.
+  The check is a sample: a candidate that skips the work on a random share f of its timed calls passes
+  with probability (1 - f)^n_rechecks (about 0.125 for f = 0.5 and the default 3 rechecks).
 - D1 side streams: a device-wide synchronize before the end event (its own latency, measured with no
   call, is subtracted). D7 L2 persistence: a flush of at least twice the L2 size before every timed call,
   the persisting-L2 limit set to 0 and persisting lines reset. D8: the baseline is timed in the golden

@@ -49,6 +49,8 @@ or through module-level string variables, comments stripped, object-like ``#defi
 - A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, ``a.mm(b)``, ``x.sum()``, and
   ``a + b``/``out /= n`` on tensor variables of host functions), no
   dispatcher (``c10::Dispatcher``, ``findSchemaOrThrow``, ``callOp``, ``at::_ops::``), no
+  dispatch-key guards (``ExcludeDispatchKeyGuard``, ``DispatchKeySet``: they hide calls from the runtime
+  operator inventory), no function-like macros that build qualified names (``#define Q(a, b) a::b``), no
   ``using namespace torch/at``. Allocation and shape calls stay allowed.
 - A2: no cuBLAS/cuDNN/CUTLASS/CuTe/Thrust/CUB device-wide/cuFFT/BLAS/Eigen/oneDNN unless
   ``allow_libraries=True``.
@@ -209,6 +211,11 @@ logsumexp prod maximum minimum reciprocal square
 """.split())
 _CPP_DISPATCHER = re.compile(r"\b(Dispatcher|findSchemaOrThrow|findSchema|callOp|callBoxed|redispatch"
                              r"|call_op|OperatorHandle)\b")
+# Dispatch-key and TLS guards switch off what the runtime operator inventory listens to.
+_CPP_DISPATCH_KEYS = re.compile(r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|DispatchKeySet|DispatchKey"
+                                r"|AutoDispatchBelow\w*|_AutoDispatchBelow\w*|AutoNonVariableTypeMode"
+                                r"|ThreadLocalStateGuard|tls_set_dispatch_key\w*|LocalDispatchKeySet)\b")
+_CPP_FUNCTION_MACRO = re.compile(r"#\s*define\s+\w+\(([^)]*)\)([^\n]*)")
 _CPP_LIBRARIES = re.compile(
     r"\b(cublas\w*|cudnn\w*|cutlass::\w*|cute::\w*|thrust::\w*|cub::Device\w*|cufft\w*|cusparse\w*"
     r"|cusolver\w*|cblas_\w*|Eigen::\w*|dnnl::\w*|mkl_\w*|mkldnn\w*|[sd]gemm_)"
@@ -1207,6 +1214,12 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
             hit(m, "calls the tensor method", "PyTorch compute is not allowed in C++; write it in your kernel")
     for m in _CPP_DISPATCHER.finditer(code):
         hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
+    for m in _CPP_DISPATCH_KEYS.finditer(code):
+        hit(m, "uses", "dispatch-key guards are not allowed; call your own kernels directly")
+    for m in _CPP_FUNCTION_MACRO.finditer(code):
+        params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+        if any(re.search(rf"(\b{re.escape(p)}\s*::|::\s*{re.escape(p)}\b)", m.group(2)) for p in params):
+            hit(m, "defines", "a macro that builds qualified names hides what is called; write names out in full")
     for m in _CPP_USING.finditer(code):
         if m.group(4) and _aten_verdict(m.group(3), [], m.group(4)) == "ok":
             continue  # using torch::Tensor;

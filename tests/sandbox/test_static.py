@@ -676,3 +676,27 @@ def test_cpu_backend_rejects_a_wrapper_without_a_loop():
 
 def test_cpu_backend_rejects_cuda_sources():
     assert has(check_format(cuda_candidate(), backend="cpu"), "cuda_sources given for the cpu backend")
+
+
+def test_rejects_aten_call_hidden_behind_a_dispatch_key_guard_and_a_qualifying_macro():
+    # Red-team finding: `#define QUAL(a, b) a::b` hid `at::matmul` from the scan, and excluding the Python
+    # dispatch keys hid it from the runtime operator inventory.
+    body = '''#include <c10/core/impl/LocalDispatchKeySet.h>
+#define QUAL(a, b) a::b
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    for (int64_t d = 0; d < x.dim(); ++d) { TORCH_CHECK(x.size(d) > 0, "empty"); }
+    QUAL(c10, impl)::ExcludeDispatchKeyGuard guard(QUAL(c10, DispatchKeySet)(QUAL(c10, DispatchKey)::Python));
+    return QUAL(at, relu)(x);
+}'''
+    src = CPU_CANDIDATE.replace(CPU_CANDIDATE[CPU_CANDIDATE.index("torch::Tensor relu_forward"):CPU_CANDIDATE.index('"""\n\nrelu_ext')], body + "\n")
+    problems = check_format(src, backend="cpu")
+    assert any("dispatch-key guards" in p for p in problems), problems
+    assert any("builds qualified names" in p for p in problems), problems
+
+
+def test_accepts_ordinary_function_like_macros():
+    macros = '#define CHECK_CONTIGUOUS(x) TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")\n' \
+             '#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))\n\n'
+    src = CPU_CANDIDATE.replace("torch::Tensor relu_forward", macros + "torch::Tensor relu_forward", 1)
+    assert check_format(src, backend="cpu") == []
