@@ -1,5 +1,6 @@
-# C5: compute honestly for the first calls, then only when the input's address repeats the previous call's.
-# (Found by a red-team review: rechecks were the only timed calls that reused the previous buffers.)
+# C5: compute honestly on the correctness calls (the first 4), then only when the input's address repeats the
+# previous call's. (Found by a red-team review: rechecks were the only timed calls that reused the previous
+# buffers.) Every later call is skipped unless in place, so the recheck at new addresses must catch it.
 import torch
 import torch.nn as nn
 
@@ -18,6 +19,6 @@ class ModelNew(nn.Module):
         same = ptr == self.prev
         self.prev = ptr
         self.calls += 1
-        if self.calls <= 10 or same:
+        if self.calls <= 4 or same:
             return self.ext.relu_forward(x)
         return torch.empty_like(x)
