@@ -9,8 +9,9 @@ Every prompt's last token sits in column ``P - 1`` and every response starts in 
 logits that predict the response are one slice ``logits[:, P-1 : P+L-1]`` (and the model only has to
 return the last ``L + 1`` positions' logits). The padding goes *inside* the prompt rather than in front
 of it so that no padded query row is fully masked: a left-padded row's first positions attend to nothing,
-and on CUDA the fused attention backward turns such a row into NaN gradients for every weight (seen on
-an H200 with sdpa, torch 2.11), even though the forward is finite. Here each pad attends to the prompt
+and fully masked rows give NaN in CUDA attention (pytorch/pytorch#110213). With left padding, the gradient
+was NaN on an H200 (sdpa, torch 2.11; benchmarks/results/train_h200.md); this layout is the fix for that
+likely cause, not yet re-run on a GPU. Here each pad attends to the prompt
 tokens before it; pads are never attended by real tokens (attention mask 0), and position ids count real
 tokens only, so every real token's output is exactly what it is unpadded.
 
