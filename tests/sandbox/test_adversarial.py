@@ -10,7 +10,7 @@ Each must end not-correct with a reason. Three layers are proven separately:
 
 import pytest
 
-from conftest import RELU_TASK, ROW_SUM_TASK, load_candidate
+from sandbox_cases import RELU_TASK, ROW_SUM_TASK, load_candidate
 
 # Caught by the static layer alone (no process is started for these).
 STATIC = [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import LINEAR_RELU_TASK, RELU_SOURCE, RELU_TASK, ROW_SUM_TASK
+from sandbox_cases import LINEAR_RELU_TASK, RELU_SOURCE, RELU_TASK, ROW_SUM_TASK
 from kevin.data.task import Task
 from kevin.sandbox import EvalResult, SandboxConfig, calibrate, calibrate_many
 

@@ -3,7 +3,7 @@
 import time
 from pathlib import Path
 
-from conftest import RELU_TASK, _config, load_candidate
+from sandbox_cases import RELU_TASK, _config, load_candidate
 from kevin.sandbox import Sandbox
 
 

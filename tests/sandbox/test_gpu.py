@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import CANDIDATES, _config, load_candidate
+from sandbox_cases import CANDIDATES, _config, load_candidate
 from kevin.data.task import Task
 from kevin.sandbox import Sandbox
 

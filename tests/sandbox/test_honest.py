@@ -1,6 +1,6 @@
 """Honest C++ candidates pass every layer (static checks, operator inventory, dynamic checks) on the CPU backend."""
 
-from conftest import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
+from sandbox_cases import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
 from kevin.sandbox import Sandbox
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import RELU_TASK
+from sandbox_cases import RELU_TASK
 from kevin.data.task import Task
 from kevin.sandbox import Sandbox, SandboxConfig, _inputs, _process, timing
 from kevin.sandbox._resolve import resolve_device

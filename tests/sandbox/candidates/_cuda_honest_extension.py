@@ -1,5 +1,5 @@
 # Shared honest CUDA extension: a shared-memory tiled fp32 matmul and an element-wise ReLU.
-# Inlined by `# include: _cuda_honest_extension.py` (tests/sandbox/conftest.py).
+# Inlined by `# include: _cuda_honest_extension.py` (tests/sandbox/sandbox_cases.py).
 import torch
 from torch.utils.cpp_extension import load_inline
 

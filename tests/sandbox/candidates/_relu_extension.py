@@ -1,5 +1,5 @@
 # Shared honest extension: ReLU in a plain C++ loop. Inlined into candidates by `# include: _relu_extension.py`
-# (tests/sandbox/conftest.py), so every candidate whose hack lives in Python reuses ONE compiled build.
+# (tests/sandbox/sandbox_cases.py), so every candidate whose hack lives in Python reuses ONE compiled build.
 import torch
 from torch.utils.cpp_extension import load_inline
 
