@@ -114,7 +114,7 @@ def main() -> None:
     import torch
 
     phases = set(args.phases.split(","))
-    prefork = {"auto": None, "on": True, "off": False}[args.prefork]
+    prefork = {"auto": SandboxConfig().prefork, "on": True, "off": False}[args.prefork]
     config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork)
     results: dict = {"device": torch.cuda.get_device_name(0), "command": " ".join(sys.argv),
                      "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,

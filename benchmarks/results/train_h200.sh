@@ -3,6 +3,8 @@
 # A randomly initialised Qwen2.5-1.5B (its real configuration, built on the GPU), LoRA r=32, bf16, two RL
 # steps through the CUDA sandbox on 1 GPU, then the same on 2 GPUs with accelerate, plus one saved batch
 # evaluated by 1 and by 2 processes; then, if time is left, the 1-GPU run with a random Qwen2.5-7B.
+# Generation uses the recipe's CUDA default (static cache + torch.compile); if the first run fails, the
+# later ones fall back to plain `generate` (--generation_mode generate), and one.log says why.
 # Run from the repository root; writes at most 8 files to $OUT (the device tool's limit).
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -11,21 +13,25 @@ BUDGET=${BUDGET:-520}
 left() { echo $(( BUDGET - SECONDS > 10 ? BUDGET - SECONDS : 10 )); }
 cap() { local want=$1 l; l=$(left); echo $(( want < l ? want : l )); }
 COMMON=${COMMON:-"--model random:qwen2.5-1.5b --lora --lora_rank 32 --backend cuda --tasks_per_step 2 --n_trajectories 16
-  --n_turns 2 --max_new_tokens 512 --generation_mode generate --micro_batch_size 8 --steps 2"}
+  --n_turns 2 --max_new_tokens 512 --micro_batch_size 8 --steps 2"}
 LAUNCH2=${LAUNCH2:-"accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision bf16 --dynamo_backend no"}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
 } > "$R/env.txt" 2>&1
 
-# Beside the one-GPU run, on the idle second GPU: the generation benchmark of issue 6 (plain generate
-# against the policy's default CUDA mode, Qwen2.5-1.5B shape); results land in summary.txt.
-CUDA_VISIBLE_DEVICES=1 timeout 175 python3 benchmarks/generation.py --shape 1.5b --variants policy:static,hf_generate \
-  --cap-s 110 --budget-s 160 --out "$R/gen" > "$R/gen.log" 2>&1 &
+# Beside the one-GPU run, on the idle second GPU: a generation benchmark (generation_h200.md), by default
+# plain `generate` on the Qwen2.5-7B shape; results land in summary.txt.
+CUDA_VISIBLE_DEVICES=1 timeout 175 python3 benchmarks/generation.py ${GEN_ARGS:---shape 7b --variants hf_generate --cap-s 140 --budget-s 150} \
+  --out "$R/gen" > "$R/gen.log" 2>&1 &
 GEN=$!
 
 echo "== one GPU, 2 steps (t=$SECONDS s)"
 CUDA_VISIBLE_DEVICES=0 timeout "$(cap 200)" python3 recipes/train_multiturn.py $COMMON --tracker tensorboard \
-  --output_dir "$R/one" > "$OUT/one.log" 2>&1; echo "rc=$?" >> "$OUT/one.log"
+  --output_dir "$R/one" > "$OUT/one.log" 2>&1; RC=$?; echo "rc=$RC" >> "$OUT/one.log"
+if [ "$RC" != 0 ]; then
+  echo "== the default generation mode failed (rc=$RC): later runs use --generation_mode generate" | tee -a "$OUT/one.log"
+  COMMON="$COMMON --generation_mode generate"
+fi
 FB="$R/one/rollouts/step_000001.jsonl.gz"
 echo "== fixed batch, 1 process (t=$SECONDS s)"
 CUDA_VISIBLE_DEVICES=0 timeout "$(cap 80)" python3 recipes/train_multiturn.py $COMMON --output_dir "$R/fb1" \

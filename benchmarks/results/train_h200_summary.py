@@ -9,7 +9,8 @@ from kevin.core.records import load_rollout  # noqa: E402
 
 KEYS = ["time/generation", "time/sandbox", "time/rollout", "time/train", "time/step", "train/tokens",
         "perf/train_tokens_per_s", "perf/mfu", "perf/peak_memory_gib", "rollout/prompt_tokens",
-        "rollout/response_tokens", "rollout/truncated", "rollout/status/format_error", "loss/policy", "train/grad_norm"]
+        "rollout/response_tokens", "rollout/truncated", "rollout/status/format_error", "loss/policy", "train/grad_norm",
+        "train/skipped_update"]
 root = Path(sys.argv[1])
 for run in ("one", "two", "seven"):
     path = root / run / "metrics.jsonl"

@@ -28,7 +28,7 @@ Design: three trust zones.
   process group (killed as a whole), no core dumps, an address-space limit on the CPU backend. It receives
   input tensors only (safetensors), and writes output tensors (safetensors). It reports facts over a
   private inherited pipe; its stdout and stderr are only logged, never parsed. With ``prefork`` (the
-  default on CPU) it is a fork of a zygote process that imported torch under the same scrubbed
+  default) it is a fork of a zygote process that imported torch under the same scrubbed
   environment and has never seen a task, an input, a seed or another candidate; otherwise a new
   interpreter.
 - The trusted parent compares the bytes it loads itself with the golden outputs it holds, checks the

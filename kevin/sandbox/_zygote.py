@@ -78,21 +78,58 @@ def serve(sock: socket.socket) -> None:
         sock.send(json.dumps({"pid": pid}).encode())
 
 
+def preload() -> list[str]:
+    """Import what every candidate needs without touching the CUDA driver; returns the blocked driver queries.
+
+    ``torch.cuda.is_available()`` and ``device_count()`` call ``cudaGetDeviceCount``, which runs ``cuInit``
+    and makes torch mark every later fork as unable to use CUDA ("Cannot re-initialize CUDA in forked
+    subprocess"); some of torch's own modules ask at import. The zygote sees no GPU
+    (``CUDA_VISIBLE_DEVICES=""``), so the answer is 0 anyway: the query is answered without the driver, and
+    its call stack is returned for diagnosis.
+    """
+    import traceback
+
+    import torch
+
+    blocked: list[str] = []
+    real = getattr(torch._C, "_cuda_getDeviceCount", None)
+
+    def no_driver_here() -> int:
+        blocked.append("".join(traceback.format_stack(limit=12)[:-1]))
+        return 0
+
+    if real is not None:
+        torch._C._cuda_getDeviceCount = no_driver_here
+    try:
+        import safetensors.torch  # noqa: F401 - preloaded for the children
+        import torch.utils._python_dispatch  # noqa: F401
+        import torch.utils.cpp_extension  # noqa: F401
+
+        from . import _candidate, _extension, _guards, _inventory, timing  # noqa: F401
+
+        _candidate.warm_up_dispatch_mode()  # imports torch._dynamo once here instead of in every child
+    finally:
+        if real is not None:
+            torch._C._cuda_getDeviceCount = real
+    return blocked
+
+
+def forks_cleanly() -> bool:
+    """Whether a child forked now could still initialise CUDA for itself (a probe fork)."""
+    pid = os.fork()
+    if pid == 0:
+        import torch
+
+        os._exit(1 if torch.cuda.is_initialized() or torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
-    import safetensors.torch  # noqa: F401 - preloaded for the children
-    import torch  # noqa: F401
-    import torch.utils._python_dispatch  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401
-
-    from . import _candidate, _extension, _guards, _inventory, timing  # noqa: F401
-
-    _candidate.warm_up_dispatch_mode()  # imports torch._dynamo once here instead of in every child
-
-    # Never ask the driver anything here (torch.cuda.is_available() runs cuInit): a driver initialised
-    # before fork is unusable in the children. That probe is what broke the first GPU run of this path.
-    if torch.cuda.is_initialized():
-        sys.exit(1)  # children could not pick their own GPU; the parent falls back to fresh interpreters
+    preload()
+    if not forks_cleanly():
+        sys.exit(1)  # children could not use their GPU; the parent falls back to fresh interpreters
     sock.send(b'{"ready": true}')
     serve(sock)
 

@@ -53,9 +53,10 @@ class SandboxConfig:
     """let C++/CUDA sources call cuBLAS / cuDNN (passed to the static checks)"""
     static_checks: bool = True
     """run `check_format` first; False only to test the dynamic gate on its own"""
-    prefork: bool | None = None
-    """fork candidate processes from a zygote that has torch imported (saves seconds per candidate);
-    None = on for the CPU backend, off for CUDA (the fork path has not yet passed on a GPU)"""
+    prefork: bool = True
+    """fork candidate processes from a zygote that has torch imported and never touched the CUDA driver
+    (saves seconds per candidate); False = a new interpreter per candidate. If the zygote cannot start, or a
+    probe fork could not use CUDA, the sandbox falls back to new interpreters (``details["forked"]``)"""
     max_golden_tasks: int = 16
     """tasks whose golden data (inputs on disk, outputs in memory) a Sandbox keeps; older ones are recomputed"""
     kernel_inventory: bool = True

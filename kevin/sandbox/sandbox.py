@@ -3,7 +3,7 @@
 Standard library only at module level (torch is imported lazily, to ask for CUDA devices).
 
 Throughput: `Sandbox.evaluate_many` gives every job a thread. Each candidate gets its own process (a
-fork of a torch-loaded zygote on CPU, a new interpreter on CUDA), bound to one device at start; the
+fork of a torch-loaded zygote, or a new interpreter with ``prefork=False``), bound to one device at start; the
 compile stage is that process importing the candidate module, whose ``load_inline`` builds land in a
 content-addressed cache (an extension is built once, whatever Python surrounds it). At most
 ``config.workers`` processes are in the compile stage at once; then each waits for its device, which runs
@@ -201,9 +201,10 @@ class Sandbox:
                 max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
                 slot = self._devices.assign()
                 with self._compile_slots:
+                    zygote = self._get_zygote()
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                               gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
-                                              zygote=self._get_zygote())
+                                              zygote=zygote)
                     try:
                         failed = run.wait_imported()
                     except BaseException:
@@ -227,7 +228,8 @@ class Sandbox:
                 finally:
                     run.close()
             details = dict(result.details)
-            details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot])
+            details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot],
+                           forked=zygote is not None)
             return EvalResult(result.status, result.feedback, result.runtime_ms, result.baseline_ms,
                               result.max_abs_error, result.max_rel_error, details)
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
@@ -236,8 +238,7 @@ class Sandbox:
 
     def _get_zygote(self) -> _process.Zygote | None:
         """The fork server, started on first use (None when disabled or when it cannot start)."""
-        prefork = self.config.prefork if self.config.prefork is not None else self.backend == "cpu"
-        if not prefork or self._zygote_failed:
+        if not self.config.prefork or self._zygote_failed:
             return None
         with self._lock:
             if self._zygote and self._zygote[0].alive:

@@ -161,7 +161,8 @@ def test_an_nvcc_error_is_a_compile_error_quoting_the_compiler(gpu_warm):
 
 @pytest.mark.gpu
 def test_a_candidate_forked_from_the_zygote_runs_on_the_gpu(cache_dir, gpu_warm):
-    # prefork is off by default on CUDA until this passes on a GPU (see benchmarks/results/sandbox_h200.md)
+    # the zygote must never initialise CUDA (a fork after cuInit cannot use the GPU); a zygote that did would
+    # be caught by its probe fork, and the sandbox would fall back to a new interpreter: forked would be False
     sandbox = Sandbox("cuda", _gpu_config(cache_dir, prefork=True))
     r = sandbox.evaluate(MATMUL_TASK, load_candidate("honest_matmul_cuda"))
-    assert r.status == "correct", r.feedback
+    assert (r.status, r.details.get("forked")) == ("correct", True), r.feedback

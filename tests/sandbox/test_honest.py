@@ -51,9 +51,14 @@ def test_verdicts_are_json_serialisable_records(warm_builds):
 
 
 def test_the_fresh_interpreter_path_without_the_zygote_gives_the_same_verdicts(cache_dir, warm_builds):
-    # prefork=False is the CUDA default: one new Python interpreter per candidate
+    # prefork=False: one new Python interpreter per candidate
     sandbox = Sandbox("cpu", _config(cache_dir, prefork=False))
     honest, zeros = sandbox.evaluate_many([(RELU_TASK, load_candidate("honest_relu_cpu")),
                                            (RELU_TASK, load_candidate("b1_zeros_output"))])
     assert honest.status == "correct", honest.feedback
     assert zeros.status == "format_error"
+    assert honest.details["forked"] is False
+
+
+def test_candidates_are_forked_from_the_zygote_by_default(warm_builds):
+    assert warm_builds["relu"].details["forked"] is True
