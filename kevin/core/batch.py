@@ -10,8 +10,8 @@ logits that predict the response are one slice ``logits[:, P-1 : P+L-1]`` (and t
 return the last ``L + 1`` positions' logits). The padding goes *inside* the prompt rather than in front
 of it so that no padded query row is fully masked: a left-padded row's first positions attend to nothing,
 and fully masked rows give NaN in CUDA attention (pytorch/pytorch#110213). With left padding, the gradient
-was NaN on an H200 (sdpa, torch 2.11; benchmarks/results/train_h200.md); this layout is the fix for that
-likely cause, not yet re-run on a GPU. Here each pad attends to the prompt
+was NaN on an H200 (sdpa, torch 2.11); with this layout it is finite, and equal on 1 and 2 processes
+(benchmarks/results/train_h200.md, runs 1 and 2). Here each pad attends to the prompt
 tokens before it; pads are never attended by real tokens (attention mask 0), and position ids count real
 tokens only, so every real token's output is exactly what it is unpadded.
 
