@@ -47,7 +47,11 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   that zeros, a mean constant, a passthrough and a subsampled computation all fail.
 - B5 stale or uninitialised memory: the candidate runs first, in a process where the reference never
   ran; ``torch.empty`` is NaN-filled during the checks (deterministic mode with
-  ``fill_uninitialized_memory``); the CUDA caching allocator is pre-filled with NaN.
+  ``fill_uninitialized_memory``); the CUDA caching allocator is pre-filled with NaN. Outputs must live in
+  storage PyTorch allocated (checked on every correctness and timed call): an output wrapped around
+  memory the candidate controls (``torch::from_blob`` over pages that compute themselves when first
+  read, outside the timed window; numpy memory) is rejected, and the static layer forbids memory
+  mapping, page protection and signal handlers in C++.
 - B6 precision downgrade: exact dtype check; fp16 rounding exceeds the default 1e-3 tolerance except on
   ops that are exact in fp16 (where it is harmless).
 - B7 reading the reference / B8 fixed seeds / C4 rewriting the generator: the reference, its outputs,
@@ -59,18 +63,23 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2).
 - C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: every timed call gets
-  new content (a correctness set with each tensor rolled by a random shift), either at new addresses (old
-  buffers kept alive) or written into the previous call's buffers in place, at random. Outputs of timed
-  calls at secret positions are compared with golden outputs, and those rechecks are made the same way
-  (rolled correctness sets, whose reference outputs the golden process computed), so neither the content
-  nor the address tells a checked call from an unchecked one; with two or more rechecks at least one
-  reuses the previous buffers (a pointer-keyed cache returns a stale answer there) and one does not.
+  new content (a correctness set with each tensor's elements randomly permuted), either at new addresses
+  (old buffers kept alive) or written into the previous call's buffers in place, at random. Outputs of
+  timed calls at secret positions are compared with golden outputs, and those rechecks are made the same
+  way (permuted correctness sets, whose reference outputs the golden process computed), so neither the
+  content nor the address tells a checked call from an unchecked one; with two or more rechecks at least
+  one reuses the previous buffers (a pointer-keyed cache returns a stale answer there) and one does not.
+  Permutations, not rolls: from a rolled copy of a seen set, tables built during the untimed correctness
+  calls answer cheaply (circular prefix sums give every row sum); from a permuted copy, deriving the
+  answer costs a gather of every element. The inputs file (which holds the recheck inputs) is deleted by
+  the harness as soon as it is loaded, before any more candidate code runs.
   The check is a sample: a candidate that skips the work on a random share f of its timed calls passes
   with probability (1 - f)^n_rechecks (about 0.125 for f = 0.5 and the default 3 rechecks).
 - D1 side streams: a device-wide synchronize before the end event (its own latency, measured with no
   call, is subtracted). D7 L2 persistence: a flush of at least twice the L2 size before every timed call,
   the persisting-L2 limit set to 0 and persisting lines reset. D8: the baseline is timed in the golden
-  process, with the same protocol, before and apart from any candidate.
+  process, with the same protocol, before and apart from any candidate, and kept in the parent's memory
+  for the Sandbox's lifetime: it is never read back from disk, where any candidate could rewrite it.
 - D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
   the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.5 ms (plus a
   quarter of the loop's own cost).
@@ -83,15 +92,24 @@ Not defended, and why:
 - Same-user file access. Candidates run as the caller's user without an OS sandbox (no container,
   seccomp or network namespace on the target machines). A candidate that deliberately walks the file
   system can read the harness's source, write into the shared build cache (``<cache>/ext``) to poison
-  another candidate's build, or reach the network. Static rules forbid the imports this needs (os
-  tricks, ctypes, subprocess, sockets, importlib) and golden outputs never touch the disk, but the real
-  fix is running the candidate process under another uid or in a container. (Golden outputs are never
-  on disk, so this reaches inputs, not answers.)
+  another candidate's build, leave notes for later candidates (the rechecks of one task are the same for
+  every candidate in one Sandbox, so candidates that pool what they saw could learn them), or reach the
+  network. Static rules forbid the means (file access in Python and C++, os tricks, ctypes, subprocess,
+  sockets, importlib); nothing that scores is read from disk (golden outputs travel over a pipe,
+  baselines stay in memory); but the real fix is running the candidate process under another uid or in
+  a container.
 - In-process forgery by a determined candidate. The candidate's process also runs our worker code, so
-  native code can in principle rewrite the worker or write its own report lines on the pipe. What that
-  can gain is bounded: outputs are still compared byte for byte by the parent against golden outputs the
-  candidate never saw, and forged speed is bounded by the wall-clock check (at most ~3x, or 0.5 ms per
-  call for tiny kernels).
+  native code can in principle rewrite the worker, write its own report lines on the pipe, or read the
+  worker's memory, including which timed calls are rechecks (a red-team candidate walked the worker's
+  Python frames from C++ through pybind11 and computed only on rechecks: 8x reported, with the wall
+  clock consistent, because it really skipped the work). Outputs are still compared byte for byte by the
+  parent against golden outputs the candidate never saw, but speed is not bounded: the static layer,
+  which forbids Python objects, frames and modules in C++ and frame access in Python, is the defence
+  here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
+  process can regenerate; it is not built.
+- Outputs invariant under permuting their input's elements (a full reduction over a whole tensor) can
+  be cached by content: a permuted copy of a seen set has the seen answer, and rechecks agree. No
+  built-in task is such a reduction (reductions there run over one dimension).
 - Library kernels called directly from C++ (cuBLAS, cuDNN, CUTLASS) bypass the dispatcher, so the
   runtime inventory misses them; only the static layer flags them (``allow_libraries`` turns that off).
   No CUPTI kernel inventory is taken.
@@ -108,7 +126,7 @@ Not defended, and why:
 What a "correct" verdict guarantees: in a process that never held the reference, ``ModelNew`` built
 after the reference's seed returned, for every input set (the task's own distribution and its variants,
 drawn from a seed it could not know), exact ``torch.Tensor`` outputs of the reference's dtype, shape and
-device, not aliasing its inputs, with NaN/inf exactly where the reference has them and every other
+device, in storage PyTorch allocated, not aliasing its inputs, with NaN/inf exactly where the reference has them and every other
 element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the harness's
 functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when timed, its
 timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median of

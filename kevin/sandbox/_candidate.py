@@ -13,11 +13,13 @@ Order of work:
    trusted function identities and the thread count;
 2. import the candidate (this is the compile stage: its ``load_inline`` builds, content-addressed);
    report ``imported`` and wait;
-3. on ``go {inputs, ...}`` (sent when its device is free and the task's golden data exists) build
+3. on ``go {inputs, ...}`` (sent when its device is free and the task's golden data exists) load the
+   inputs file and delete it at once (it holds the recheck inputs: no later candidate code can read it), build
    ``ModelNew(*init_inputs)`` right after ``torch.manual_seed(init_seed)``;
 4. for each input set: clone the inputs, run the candidate first (under the operator inventory of
-   :mod:`._inventory`), check the output's exact type, device, aliasing with the inputs, and that the
-   inputs are unchanged; copy the outputs out;
+   :mod:`._inventory`), check the output's exact type, device, that its memory comes from PyTorch's
+   allocator (not ``from_blob`` over memory the candidate controls, e.g. pages that compute on first
+   read), aliasing with the inputs, and that the inputs are unchanged; copy the outputs out;
 5. send ``outputs`` and wait: the parent compares and answers ``time`` or ``stop``;
 6. time with fresh inputs per call and rechecks at secret positions (:mod:`.timing`); report.
 """
@@ -87,6 +89,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         torch.cuda.set_device(device)
         _prefill_cuda_allocator(device)
     tensors = load_file(spec["inputs"])
+    os.unlink(spec["inputs"])  # read once, before any more candidate code runs: the rechecks are in it
 
     def args_of(entries: list[dict[str, Any]], prefix: str) -> list[Any]:
         return [tensors[f"{prefix}.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(entries)]
@@ -140,6 +143,9 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
                 continue
             if o.device != device:
                 violations.append(f"input set {k}: output {i} is on {o.device}, expected {device}")
+            if not o.untyped_storage().resizable():
+                violations.append(f"input set {k}: output {i} is not in memory from PyTorch's allocator "
+                                  "(torch::from_blob, numpy or foreign memory); allocate it with torch::empty")
             if _aliases(o, args):
                 violations.append(f"input set {k}: output {i} shares memory with an input (return a new tensor)")
             outputs[f"set{k}.out{i}"] = o.detach().to("cpu", copy=True).contiguous()
@@ -171,6 +177,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     set_deterministic(True)
     channel.send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
     audit("after timing")
+    violations.extend(run.errors)
     re_out: dict[str, torch.Tensor] = {}
     for r, p in enumerate(positions):
         snap = run.recheck_outputs.get(p)

@@ -22,12 +22,18 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 
 from . import _inputs, _worker, timing
 
+
+
+def permuted(v: torch.Tensor, gen: np.random.Generator) -> torch.Tensor:
+    """``v`` with its elements in a random order drawn from ``gen`` (same shape, dtype and device)."""
+    return timing._numpy_permuted(v.detach().to("cpu").reshape(-1), gen).to(v.device).reshape(v.shape)
 
 def load_task_namespace(source: str) -> dict[str, Any]:
     ns: dict[str, Any] = {"__name__": "kevin_reference"}
@@ -123,11 +129,11 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         for i, o in enumerate(y):
             gold[f"set{k}.out{i}"] = o
     # Recheck inputs are made the way the candidate's timed inputs are (every tensor of a correctness set
-    # rolled by a secret shift), so the candidate cannot tell a checked timed call from an unchecked one.
-    shifts = random.Random(_inputs.derive_seed(int(job["seed"]), key, "recheck"))
+    # with its elements permuted by a secret permutation), so the candidate cannot tell a checked timed
+    # call from an unchecked one.
+    gen = np.random.default_rng(_inputs.derive_seed(int(job["seed"]), key, "recheck"))
     for r in range(int(job["n_rechecks"])):
-        x = [torch.roll(v.reshape(-1), shifts.randrange(1, v.numel())).reshape(v.shape)
-             if isinstance(v, torch.Tensor) and v.numel() > 1 else v for v in sets[r % len(sets)]]
+        x = [permuted(v, gen) if isinstance(v, torch.Tensor) and v.numel() > 1 else v for v in sets[r % len(sets)]]
         y = run_reference(model, x, device)
         meta["rechecks"].append({"inputs": input_entries(x, f"re{r}", in_tensors), "n_outputs": len(y)})
         for i, o in enumerate(y):

@@ -64,7 +64,7 @@ class SandboxConfig:
     workers: int = max(1, (os.cpu_count() or 1))
     """compile processes running at once in `Sandbox.evaluate_many`"""
     cache_dir: str | None = None
-    """compiled extensions and baseline timings; None = `default_cache_dir()`"""
+    """compiled extensions (and baseline timings, written as a record, never read back); None = `default_cache_dir()`"""
     seed: int | None = None
     """input seed; None = a secret per-run seed from `secrets` (the right choice for training)"""
     train_mode: bool = True

@@ -8,8 +8,11 @@ compile stage is that process importing the candidate module, whose ``load_inlin
 content-addressed cache (an extension is built once, whatever Python surrounds it). At most
 ``config.workers`` processes are in the compile stage at once; then each waits for its device, which runs
 one golden or candidate process at a time, so timings never overlap on a device. Golden data is computed
-once per task and kept in memory; baseline timings are cached on disk per (task source, device name,
-timing settings, torch version).
+once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden process
+and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
+version); a copy is written to ``<cache>/baselines/`` as a record, and never read back: candidates run as
+the same user and can rewrite any file there, and a baseline read from disk let one candidate set the
+speedup of every later one (a red-team finding).
 """
 
 from __future__ import annotations
@@ -150,6 +153,7 @@ class Sandbox:
         self._zygote_failed = False
         self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
         self._golden = _GoldenCache(self.config.max_golden_tasks)
+        self._baselines: dict[str, float] = {}  # baseline key -> ms, first timing of this Sandbox (never from disk)
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
         self.arch = ""
@@ -260,18 +264,18 @@ class Sandbox:
     def _gpu_env(self, slot: Any) -> str | None:
         return _resolve.physical_gpu(slot) if self.backend == "cuda" else None
 
-    def _baseline_path(self, task_src: str, slot: Any) -> str:
-        key = _resolve.sha256(task_src, self.backend, self._device_names[slot],
-                              json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version())
-        return os.path.join(self.cache_dir, "baselines", key + ".json")
+    def _baseline_key(self, task_src: str, slot: Any) -> str:
+        return _resolve.sha256(task_src, self.backend, self._device_names[slot],
+                               json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version())
 
     def _baseline(self, task_src: str, slot: Any) -> float | None:
-        path = self._baseline_path(task_src, slot)
-        try:
-            with open(path) as f:
-                return float(json.load(f)["baseline_ms"])
-        except (OSError, ValueError, KeyError):
-            pass
+        """The reference's runtime on ``slot``'s device: this Sandbox's first timing of it, from the golden process.
+
+        Never read from disk (a candidate could have rewritten the file); written there as a record.
+        """
+        key = self._baseline_key(task_src, slot)
+        if key in self._baselines:
+            return self._baselines[key]
         golden = self._golden.peek(_resolve.sha256(task_src))
         summary = (golden.meta.get("baseline") if golden else None) or {}
         if summary.get("median_ms") is None:
@@ -283,17 +287,23 @@ class Sandbox:
                 shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
         if summary.get("median_ms") is None:
             return None
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "w") as f:
-            json.dump({"baseline_ms": summary["median_ms"], "timing": summary, "device_name": self._device_names[slot]}, f)
-        os.replace(tmp, path)
-        return float(summary["median_ms"])
+        value = self._baselines.setdefault(key, float(summary["median_ms"]))  # two GPUs of one name: first wins
+        path = os.path.join(self.cache_dir, "baselines", key + ".json")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
+            with open(tmp, "w") as f:
+                json.dump({"baseline_ms": summary["median_ms"], "timing": summary, "device_name": self._device_names[slot],
+                           "note": "a record only: kevin never reads this file back"}, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return value
 
     def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
-        """Run the golden process for one task on ``slot`` (its lock held), timing the baseline if not cached."""
+        """Run the golden process for one task on ``slot`` (its lock held), timing the baseline unless known."""
         key = _resolve.sha256(task_src)[:16]
-        need_baseline = self.config.measure_speed and not os.path.exists(self._baseline_path(task_src, slot))
+        need_baseline = self.config.measure_speed and self._baseline_key(task_src, slot) not in self._baselines
         return _golden_run.run_golden(
             [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
             baseline_keys=frozenset({key}) if need_baseline else frozenset(),

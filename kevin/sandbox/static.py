@@ -149,13 +149,23 @@ _BANNED_MODULES = {
                      "codecs"], "encoded payloads are not allowed; write plain source"),
     **dict.fromkeys(["socket", "urllib", "http", "requests", "pip", "ensurepip"],
                     "network access and package installs are not allowed"),
+    **dict.fromkeys(["io", "pathlib", "shutil", "tempfile", "glob", "fnmatch", "mmap", "fcntl", "safetensors",
+                     "h5py", "sqlite3", "dbm", "shelve"], "file access is not allowed; use only your inputs"),
     **dict.fromkeys(["triton", "cupy", "numba", "jax", "tvm"],
                     "other kernel frameworks are not allowed; write CUDA/C++ for load_inline"),
 }
 _BANNED_CALLS = {
     "exec": "dynamic code execution", "eval": "dynamic code execution", "compile": "dynamic code execution",
     "__import__": "dynamic import", "globals": "namespace introspection", "locals": "namespace introspection",
-    "vars": "namespace introspection", "breakpoint": "debugger hooks",
+    "vars": "namespace introspection", "breakpoint": "debugger hooks", "open": "file access",
+    "os.open": "file access", "os.read": "file access", "os.write": "file access", "os.listdir": "file access",
+    "os.scandir": "file access", "os.walk": "file access", "os.remove": "file access", "os.unlink": "file access",
+    "os.rename": "file access", "os.replace": "file access", "os.mkdir": "file access", "os.makedirs": "file access",
+    "os.chdir": "file access", "os.getcwd": "file access", "os.stat": "file access", "os.path.exists": "file access",
+    "os.path.isfile": "file access", "os.path.getsize": "file access", "torch.load": "file access",
+    "torch.save": "file access", "numpy.load": "file access", "numpy.save": "file access",
+    "numpy.fromfile": "file access", "numpy.memmap": "file access", "torch.from_file": "file access",
+    "torch.from_numpy": "foreign memory (allocate outputs with torch.empty)",
     "sys.modules": "sys.modules access", "sys._getframe": "frame walking",
     "sys.settrace": "tracing hooks", "sys.setprofile": "tracing hooks", "sys.exit": "early exit",
     "sys.stdout": "output redirection", "sys.addaudithook": "audit hooks",
@@ -230,6 +240,17 @@ _CPP_L2 = re.compile(
 _CPP_PROCESS = re.compile(
     r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
+_CPP_MEMORY = re.compile(
+    r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|signal|sigset|sigsetjmp|siglongjmp"
+    r"|from_blob|shm_open|memfd_create)\s*\(|\bfrom_blob\b")
+_CPP_FILES = re.compile(
+    r"\b(fopen|fopen64|freopen|fdopen|open|openat|creat|unlink|rename|opendir|readlink)\s*\("
+    r"|\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem)\b|\b(ifstream|ofstream|fstream)\b"
+    r"|#\s*include\s*<(fstream|filesystem|fcntl\.h|sys/mman\.h|signal\.h|csignal|dirent\.h|unistd\.h)>")
+_CPP_PYTHON = re.compile(
+    r"\b(Py[A-Z]\w*_\w+|PyEval\w*|PyFrame\w*|PyThreadState\w*|PyImport\w*|PyRun\w*|PySys\w*|_getframe|f_locals|f_back)\b"
+    r"|\b(py|pybind11)\s*::\s*(module_?|globals|eval|exec|import|getattr|object|handle|cast|dict|list|str"
+    r"|reinterpret_borrow|reinterpret_steal)\b")
 _CPP_PRECISION = re.compile(
     r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float"
     r"|_Float16|__fp16|__bf16|kHalf|kFloat16|kBFloat16|c10::Half|c10::BFloat16|at::Half|at::BFloat16"
@@ -1236,6 +1257,13 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses", "threads, processes and dynamic loading are not allowed")
     for m in _CPP_PRECISION.finditer(code):
         hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
+    for m in _CPP_MEMORY.finditer(code):
+        hit(m, "uses", "memory mapping, page protection, signal handlers and foreign memory are not allowed; "
+                       "allocate outputs with torch::empty")
+    for m in _CPP_FILES.finditer(text):  # with strings: #include <fstream>
+        hit(m, "uses", "file access is not allowed; use only your inputs")
+    for m in _CPP_PYTHON.finditer(code):
+        hit(m, "uses", "Python objects, frames and modules are not reachable from C++; use only your inputs")
     for m in re.finditer(r"##", code):
         hit(m, "uses token pasting", "`##` hides names from checks; write names out in full")
     for m in _FAST_MATH.finditer(text):  # with strings: #pragma GCC optimize("fast-math")

@@ -2,18 +2,21 @@
 
 Used only inside worker processes (it imports torch). One timed call is:
 
-    args = fresh(i)                      # outside the window: new address, new content (a rolled copy of
-                                         # a pool set), old buffers kept alive so pointers cannot repeat
+    args = fresh(i)                      # outside the window: new address, new content (a pool set with
+                                         # each tensor's elements randomly permuted), old buffers kept alive
     flush.zero_(); reset persisting L2   # CUDA only: a 2x-L2-size write evicts the inputs (hack D7)
     start.record(); out = call(args); torch.cuda.synchronize(); end.record()     # CUDA
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                     # CPU
 
 The device-wide synchronize before the end event catches work left on other streams (hack D1); its own
 latency is measured by the same sequence with no call and subtracted. The runtime is the median of the
-samples. At chosen trial positions ("rechecks") the content is golden: a rolled copy of a correctness set
+samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
 whose reference output the golden process computed, so a recheck looks exactly like any other timed call
-(a candidate that recognises "content I have seen, rolled" and skips the work is caught there), and its
-output is kept for the parent to compare (hacks C5, D4, D5). Any call, recheck or not, either gets new
+(a candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and
+its output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled
+copy of a set it has seen, a candidate can derive the answer with tables built in the untimed
+correctness calls (circular prefix sums, a linear layer at every shift: a red-team finding); from a
+permuted copy, deriving the answer costs a gather of every element, no less than the work itself. Any call, recheck or not, either gets new
 buffers or has its content written into the previous call's buffers in place (same addresses, new
 content, a ``_version`` bump): a pointer-keyed cache is caught on an in-place recheck, and whether the
 address changed tells the candidate nothing about whether the call is checked. With two or more
@@ -31,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 MIN_TRIALS = 10
@@ -117,10 +121,10 @@ class TimingRun:
 class FreshInputs:
     """Per-call arguments with new content and a new address, built from a pool of argument lists.
 
-    Each call takes a random pool set and rolls every tensor's elements by a random shift (same value
-    distribution, different content) into a newly allocated buffer at a random 256-byte offset. Buffers
+    Each call takes a random pool set and permutes every tensor's elements at random (same values, so
+    the same distribution; new arrangement) into a newly allocated buffer at a random 256-byte offset. Buffers
     stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed cache never sees a pointer twice.
-    ``place(args)`` puts given content at new addresses the same way, without rolling.
+    ``place(args)`` puts given content at new addresses the same way, without permuting.
     """
 
     def __init__(self, pool: Sequence[Sequence[Any]], *, rng: random.Random, keep_alive_bytes: int):
@@ -129,15 +133,30 @@ class FreshInputs:
         self.keep_alive_bytes = keep_alive_bytes
         self._alive: deque[Any] = deque()
         self._alive_bytes = 0
+        self._generators: dict[torch.device, Any] = {}
 
-    def _fresh_tensor(self, t: torch.Tensor, *, roll: bool = True) -> torch.Tensor:
+    def _permuted(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat`` (1-D) with its elements in a random order. On the CPU the shuffle is numpy's, on the raw
+        element bits: torch's CPU index and randperm kernels can stall in a process forked from the zygote
+        (their intra-op thread pool is not fork-safe). On a GPU it is torch's randperm and gather."""
+        device = flat.device
+        if device not in self._generators:
+            seed = self.rng.getrandbits(63)
+            self._generators[device] = (np.random.default_rng(seed) if device.type == "cpu"
+                                        else torch.Generator(device=device).manual_seed(seed))
+        gen = self._generators[device]
+        if device.type != "cpu":
+            return flat[torch.randperm(flat.numel(), device=device, generator=gen)]
+        return _numpy_permuted(flat, gen)
+
+    def _fresh_tensor(self, t: torch.Tensor, *, permute: bool = True) -> torch.Tensor:
         n = t.numel()
         pad = self.rng.randrange(64) * max(1, 256 // max(1, t.element_size()))
         buf = torch.empty(n + pad, dtype=t.dtype, device=t.device)
         view = buf[pad:]
         flat = t.reshape(-1)
-        if n > 1 and roll:
-            view.copy_(torch.roll(flat, self.rng.randrange(1, n)))
+        if n > 1 and permute:
+            view.copy_(self._permuted(flat))
         else:
             view.copy_(flat)
         self._alive.append(buf)
@@ -152,11 +171,29 @@ class FreshInputs:
         return [self._fresh_tensor(x) if isinstance(x, torch.Tensor) else x for x in base]
 
     def place(self, args: Sequence[Any]) -> list[Any]:
-        return [self._fresh_tensor(x, roll=False) if isinstance(x, torch.Tensor) else x for x in args]
+        return [self._fresh_tensor(x, permute=False) if isinstance(x, torch.Tensor) else x for x in args]
+
+
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _numpy_permuted(flat: torch.Tensor, gen: np.random.Generator) -> torch.Tensor:
+    """A CPU tensor's elements shuffled by numpy (any dtype of 1, 2, 4 or 8 bytes, through its bits)."""
+    bits = _SAME_SIZE_INT.get(flat.element_size())
+    if bits is None:  # e.g. complex128: shuffle pairs of 8-byte words
+        return _numpy_permuted(flat.view(torch.int64).view(-1, 2), gen).view(flat.dtype).reshape(-1)
+    arr = flat.contiguous().view(bits).numpy()
+    return torch.from_numpy(np.ascontiguousarray(gen.permutation(arr, axis=0))).view(flat.dtype)
 
 
 def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _allocator_owned(out: Any) -> bool:
+    """Every tensor output lives in a storage PyTorch allocated (resizable): not ``from_blob`` over memory the
+    candidate controls, such as pages that compute their content when first read (a lazy output)."""
+    return all(o.untyped_storage().resizable() for o in _as_list(out) if isinstance(o, torch.Tensor))
 
 
 def _snapshot(out: Any) -> Any:
@@ -230,7 +267,7 @@ def time_calls(
     while i < n_trials:
         content = rechecks.get(i)
         in_place = prev is not None and (in_place_recheck.get(i, False) if content is not None else rng.random() < 0.5)
-        if content is None:  # an ordinary timed call: a rolled pool set, already at new addresses
+        if content is None:  # an ordinary timed call: a permuted pool set, already at new addresses
             new = fresh(n_warmup + i)
             args = _refill(prev, new) if in_place else new
         else:
@@ -238,6 +275,8 @@ def time_calls(
         ms, wall, out = one(args)
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
+        if not run.errors and not _allocator_owned(out):
+            run.errors.append(f"timed call {i}: an output is not in memory from PyTorch's allocator")
         if i in rechecks:
             run.recheck_outputs[i] = _snapshot(out)
         del out

@@ -8,9 +8,13 @@ Each must end not-correct with a reason. Three layers are proven separately:
   catch the rest on their own.
 """
 
+import json
+from pathlib import Path
+
 import pytest
 
-from sandbox_cases import RELU_TASK, ROW_SUM_TASK, load_candidate
+from kevin.sandbox import Sandbox
+from sandbox_cases import RELU_TASK, ROW_SUM_TASK, _config, load_candidate
 
 # Caught by the static layer alone (no process is started for these).
 STATIC = [
@@ -68,7 +72,10 @@ DYNAMIC = {
     "d2_background_thread": (RELU_TASK, "Python thread"),
     "d3_lazy_tensor_subclass": (RELU_TASK, "not exactly a torch.Tensor"),
     "d4_cache_by_data_ptr": (RELU_TASK, "differs from the reference"),
-    "d4_skip_rolled_seen_inputs": (RELU_TASK, "timed call"),
+    "d4_skip_rearranged_seen_inputs": (RELU_TASK, "timed call"),
+    "d4_tables_over_rotated_inputs": (ROW_SUM_TASK, "timed call"),
+    "e6_read_recheck_inputs_file": (RELU_TASK, "timed call"),
+    "b10_output_in_foreign_memory": (RELU_TASK, "not in memory from PyTorch's allocator"),
     "c5_compute_only_at_reused_addresses": (RELU_TASK, "timed call"),
     "d6_timer_monkeypatch": (RELU_TASK, "time.perf_counter was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
@@ -85,7 +92,7 @@ def test_the_dynamic_gate_alone_rejects_the_attack_with_a_reason(dynamic_sandbox
 
 
 @pytest.mark.parametrize("name", ["c1_input_mutation", "c5_first_n_calls_correct", "d4_cache_by_data_ptr",
-                                  "d4_skip_rolled_seen_inputs", "c5_compute_only_at_reused_addresses"])
+                                  "d4_skip_rearranged_seen_inputs", "c5_compute_only_at_reused_addresses"])
 def test_attacks_the_static_layer_cannot_see_are_rejected_by_the_full_sandbox(full_sandbox, warm_builds, name):
     r = full_sandbox.evaluate(RELU_TASK, load_candidate(name))
     assert r.status == "incorrect", r.feedback
@@ -111,3 +118,15 @@ def test_secrets_in_the_callers_environment_do_not_reach_the_candidate(dynamic_s
     monkeypatch.setenv("API_TOKEN", "hunter2")
     r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e3_read_env_secrets"))
     assert r.status == "incorrect", r.feedback
+
+
+def test_a_candidate_that_rewrites_the_cached_baselines_cannot_change_any_speedup(cache_dir, dynamic_sandbox, warm_builds):
+    honest = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    attack = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e5_poison_cached_baseline"))
+    later = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False)).evaluate(
+        RELU_TASK, load_candidate("honest_relu_cpu"))
+    poisoned = [json.loads(p.read_text())["baseline_ms"] for p in Path(cache_dir, "baselines").glob("*.json")]
+    assert 1000.0 in poisoned  # the attack did rewrite the files on disk
+    # this Sandbox keeps its first timing; a new one times the reference afresh instead of reading the files
+    assert (attack.status, attack.baseline_ms) == ("correct", honest.baseline_ms)
+    assert later.baseline_ms < 100.0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import numpy as np
 import torch
 
 from sandbox_cases import RELU_TASK
@@ -44,6 +45,21 @@ def test_fresh_inputs_have_new_addresses_and_new_content_with_the_same_values():
     assert a.data_ptr() != b.data_ptr() and a.data_ptr() != pool[0][0].data_ptr()
     assert not torch.equal(a, pool[0][0])
     assert torch.equal(a.sort().values, pool[0][0])
+
+
+def test_fresh_inputs_are_no_rotation_of_the_pool_set():
+    # a rotation could be answered from tables built on the seen set (the second red-team review)
+    base = torch.arange(1000, dtype=torch.float32)
+    a = timing.FreshInputs([[base]], rng=random.Random(1), keep_alive_bytes=1 << 30)(0)[0]
+    shift = int((base == a[0]).nonzero()[0])  # if a == roll(base, s) then a[0] == base[-s]
+    assert not torch.equal(a, torch.roll(base, -shift))
+
+
+def test_a_cpu_permutation_keeps_every_value_of_any_dtype():
+    gen = np.random.default_rng(0)
+    for x in (torch.arange(6, dtype=torch.bfloat16), torch.tensor([True, False, False]), torch.arange(4) * (1 + 1j)):
+        y = timing._numpy_permuted(x, gen)
+        assert y.dtype == x.dtype and sorted(y.tolist(), key=abs) == sorted(x.tolist(), key=abs)
 
 
 def test_the_timing_loop_keeps_recheck_outputs_from_the_previous_calls_buffers():

@@ -700,3 +700,53 @@ def test_accepts_ordinary_function_like_macros():
              '#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))\n\n'
     src = CPU_CANDIDATE.replace("torch::Tensor relu_forward", macros + "torch::Tensor relu_forward", 1)
     assert check_format(src, backend="cpu") == []
+
+
+# --- found by the second red-team review: lazy outputs, files, the harness's Python objects -----------
+
+
+def test_rejects_cpp_memory_mapping_of_a_lazily_computed_output():
+    # an output in PROT_NONE pages whose SIGSEGV handler computes it when the harness first reads it
+    extra = "void* p = mmap(nullptr, 4096, 0, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); mprotect(p, 4096, 0);"
+    v = check_format(cuda_candidate(cuda_extra=extra))
+    assert has(v, "mmap(") and has(v, "mprotect(")
+
+
+def test_rejects_cpp_output_wrapped_around_foreign_memory():
+    v = check_format(cuda_candidate(cuda_extra="out = torch::from_blob(buffer, {n});"))
+    assert has(v, "from_blob")
+
+
+def test_rejects_cpp_signal_handler():
+    v = check_format(cuda_candidate(cuda_extra="struct sigaction sa; sigaction(SIGSEGV, &sa, nullptr);"))
+    assert has(v, "sigaction(")
+
+
+def test_rejects_cpp_reading_the_recheck_inputs_file():
+    v = check_format(cuda_candidate(cuda_extra='FILE* f = fopen("inputs.safetensors", "rb");'))
+    assert has(v, "fopen(")
+
+
+def test_rejects_cpp_stream_include_for_files():
+    src = cuda_candidate().replace("#include <ATen/cuda/CUDAContext.h>", "#include <ATen/cuda/CUDAContext.h>\n#include <fstream>")
+    assert has(check_format(src), "fstream")
+
+
+def test_rejects_cpp_reaching_the_harness_frames_through_pybind11():
+    extra = 'auto sys = pybind11::module_::import("sys"); auto frame = sys.attr("_getframe")(1);'
+    v = check_format(cuda_candidate(cuda_extra=extra))
+    assert has(v, "pybind11::module_")
+
+
+def test_rejects_cpp_python_c_api_frame_access():
+    assert has(check_format(cuda_candidate(cuda_extra="auto f = PyEval_GetFrame();")), "PyEval_GetFrame")
+
+
+def test_rejects_python_file_access():
+    v = check_format(cuda_candidate(init='self.rewrite = open("baselines.json", "w")'))
+    assert has(v, "open")
+
+
+def test_rejects_python_output_in_numpy_memory():
+    v = check_format(cuda_candidate(forward="return torch.from_numpy(self.ext.add_forward(a, b).cpu().numpy())"))
+    assert has(v, "torch.from_numpy")
