@@ -61,7 +61,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   dtype, TF32, cudnn, matmul precision, determinism, flush-to-zero, thread counts) and the identity of the
   harness's functions are snapshotted before import and compared after import, forward and timing; the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
-  the right device, with no memory shared with an input (B2).
+  the right device, with no memory shared with an input (B2). The dispatcher's kernels for the operators
+  the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too: a kernel registered
+  over ``clone`` could finish deferred work only when the harness snapshots an output.
 - C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: every timed call gets
   new content (a correctness set with each tensor's elements randomly permuted), either at new addresses
   (old buffers kept alive) or written into the previous call's buffers in place, at random. Outputs of
@@ -107,6 +109,14 @@ Not defended, and why:
   which forbids Python objects, frames and modules in C++ and frame access in Python, is the defence
   here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
   process can regenerate; it is not built.
+- The static layer's C++ scan reads source text, not the compiled library: it bans the spellings that
+  reviews have used (macro calls before ``::``, function pointers to libc, ``syscall`` in inline
+  assembly, ``extern "C"``, load-time constructors, digraphs, operator registration), but a new spelling
+  could pass it. Checking the undefined symbols of the built library would close that class; not built.
+- The NaN fill of fresh allocations is on during the correctness calls and off while timing (it would be
+  timed as the candidate's work), so a candidate can tell the phases apart; the timed calls' outputs are
+  still checked by the rechecks, and the static layer is what stops ATen delegation in timed calls (the
+  operator inventory runs during the correctness calls only).
 - Outputs invariant under permuting their input's elements (a full reduction over a whole tensor) can
   be cached by content: a permuted copy of a seen set has the seen answer, and rechecks agree. No
   built-in task is such a reduction (reductions there run over one dimension).

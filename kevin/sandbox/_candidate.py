@@ -58,6 +58,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     torch.set_grad_enabled(False)
     flags0 = _guards.numerics_flags()
     ids = _guards.capture_identities()
+    registrations = _guards.dispatcher_registrations()
     threads0 = _guards.python_threads()
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
@@ -72,6 +73,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     def audit(when: str) -> None:
         violations.extend(f"{when}: numerics flag changed: {c}" for c in _guards.flag_changes(flags0, _guards.numerics_flags()))
         violations.extend(f"{when}: {c}" for c in _guards.identity_changes(ids))
+        violations.extend(f"{when}: {c}" for c in _guards.registration_changes(registrations))
         n = _guards.python_threads()
         if n != threads0:
             violations.append(f"{when}: the number of Python threads changed from {threads0} to {n}")

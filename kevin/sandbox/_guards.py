@@ -95,6 +95,25 @@ def identity_changes(captured: dict[str, Any]) -> list[str]:
     return [f"{k} was replaced" for k, v in captured.items() if now.get(k) is not v]
 
 
+# Operators the harness itself runs on the candidate's outputs and inputs (snapshots, copies, comparisons).
+HARNESS_OPS = ("aten::clone", "aten::copy_", "aten::_to_copy", "aten::to", "aten::detach", "aten::contiguous",
+               "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::equal", "aten::eq", "aten::roll",
+               "aten::index", "aten::index_select", "aten::randperm", "aten::view", "aten::reshape", "aten::alias")
+
+
+def dispatcher_registrations() -> dict[str, str]:
+    """The dispatcher's table for each harness operator: a kernel registered over one of them (e.g. a
+    ``clone`` that computes a deferred output when the harness snapshots it) changes its dump."""
+    import torch
+
+    return {op: torch._C._dispatch_dump(op) for op in HARNESS_OPS}
+
+
+def registration_changes(before: dict[str, str]) -> list[str]:
+    now = dispatcher_registrations()
+    return [f"the dispatcher's kernels for {op} were changed" for op, dump in before.items() if now.get(op) != dump]
+
+
 def python_threads() -> int:
     return threading.active_count()
 

@@ -241,16 +241,23 @@ _CPP_PROCESS = re.compile(
     r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
 _CPP_MEMORY = re.compile(
-    r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|signal|sigset|sigsetjmp|siglongjmp"
-    r"|from_blob|shm_open|memfd_create)\s*\(|\bfrom_blob\b")
+    r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|sigset|sigsetjmp|siglongjmp"
+    r"|from_blob|shm_open|memfd_create|syscall|SYS_\w+|__NR_\w+)\b|\bsignal\s*\(|&\s*signal\b")
 _CPP_FILES = re.compile(
-    r"\b(fopen|fopen64|freopen|fdopen|open|openat|creat|unlink|rename|opendir|readlink)\s*\("
+    r"\b(fopen|fopen64|freopen|fdopen|openat|creat|unlink|opendir|readlink)\b|\b(open|rename)\s*\(|&\s*(open|rename)\b"
     r"|\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem)\b|\b(ifstream|ofstream|fstream)\b"
     r"|#\s*include\s*<(fstream|filesystem|fcntl\.h|sys/mman\.h|signal\.h|csignal|dirent\.h|unistd\.h)>")
 _CPP_PYTHON = re.compile(
     r"\b(Py[A-Z]\w*_\w+|PyEval\w*|PyFrame\w*|PyThreadState\w*|PyImport\w*|PyRun\w*|PySys\w*|_getframe|f_locals|f_back)\b"
     r"|\b(py|pybind11)\s*::\s*(module_?|globals|eval|exec|import|getattr|object|handle|cast|dict|list|str"
     r"|reinterpret_borrow|reinterpret_steal)\b")
+_CPP_HOOKS = re.compile(
+    r"\b(TORCH_LIBRARY\w*|c10::Storage|StorageImpl|SetAllocator|GetAllocator|DataPtr|set_data_ptr\w*"
+    r"|RecordFunction|addGlobalCallback|addThreadLocalCallback)\b|\.\s*impl\s*\(|torch/library\.h"
+    r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:|\?\?=")
+_CPP_EXTERN_C = re.compile(r"\bextern\s*\"C\"")
+_CPP_SYSCALL_TEXT = re.compile(r"\b(syscall|sysenter)\b|\bint\s*\$?0x80\b")  # with strings: inline asm
+_CPP_MACRO_QUALIFIER = re.compile(r"\b(?!decltype\b)([A-Za-z_]\w*)\s*\([^()]*\)\s*::")
 _CPP_PRECISION = re.compile(
     r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float"
     r"|_Float16|__fp16|__bf16|kHalf|kFloat16|kBFloat16|c10::Half|c10::BFloat16|at::Half|at::BFloat16"
@@ -1262,6 +1269,15 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
                        "allocate outputs with torch::empty")
     for m in _CPP_FILES.finditer(text):  # with strings: #include <fstream>
         hit(m, "uses", "file access is not allowed; use only your inputs")
+    for m in _CPP_SYSCALL_TEXT.finditer(text):
+        hit(m, "uses", "system calls are not allowed; use only your inputs")
+    for m in _CPP_EXTERN_C.finditer(text):
+        hit(m, "uses", "C linkage declarations are not allowed; call only what the headers declare")
+    for m in _CPP_HOOKS.finditer(code):
+        hit(m, "uses", "operator registration, allocator hooks, load-time constructors and digraphs are not "
+                       "allowed; write plain kernels")
+    for m in _CPP_MACRO_QUALIFIER.finditer(code):
+        hit(m, "qualifies a name through", "a macro call before `::` hides what is called; write names out in full")
     for m in _CPP_PYTHON.finditer(code):
         hit(m, "uses", "Python objects, frames and modules are not reachable from C++; use only your inputs")
     for m in re.finditer(r"##", code):

@@ -78,3 +78,9 @@ def test_combine_needs_every_set_and_keeps_the_worst_errors():
     c = combine([Comparison(True, "", 0.1, 0.2), Comparison(False, "set 1 wrong", 0.5, 0.05)])
     assert c == Comparison(False, "set 1 wrong", 0.5, 0.2)
     assert not combine([]).ok
+
+
+def test_a_complex_output_with_its_imaginary_part_dropped_is_wrong():
+    # casting complex to float64 keeps only the real part; the comparison must see both
+    ref = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    assert not compare_tensor(ref.real.to(torch.complex64), ref, atol=1e-3, rtol=1e-3).ok

@@ -709,7 +709,7 @@ def test_rejects_cpp_memory_mapping_of_a_lazily_computed_output():
     # an output in PROT_NONE pages whose SIGSEGV handler computes it when the harness first reads it
     extra = "void* p = mmap(nullptr, 4096, 0, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); mprotect(p, 4096, 0);"
     v = check_format(cuda_candidate(cuda_extra=extra))
-    assert has(v, "mmap(") and has(v, "mprotect(")
+    assert has(v, "`mmap`") and has(v, "`mprotect`")
 
 
 def test_rejects_cpp_output_wrapped_around_foreign_memory():
@@ -719,12 +719,12 @@ def test_rejects_cpp_output_wrapped_around_foreign_memory():
 
 def test_rejects_cpp_signal_handler():
     v = check_format(cuda_candidate(cuda_extra="struct sigaction sa; sigaction(SIGSEGV, &sa, nullptr);"))
-    assert has(v, "sigaction(")
+    assert has(v, "`sigaction`")
 
 
 def test_rejects_cpp_reading_the_recheck_inputs_file():
     v = check_format(cuda_candidate(cuda_extra='FILE* f = fopen("inputs.safetensors", "rb");'))
-    assert has(v, "fopen(")
+    assert has(v, "`fopen`")
 
 
 def test_rejects_cpp_stream_include_for_files():
@@ -750,3 +750,36 @@ def test_rejects_python_file_access():
 def test_rejects_python_output_in_numpy_memory():
     v = check_format(cuda_candidate(forward="return torch.from_numpy(self.ext.add_forward(a, b).cpu().numpy())"))
     assert has(v, "torch.from_numpy")
+
+
+# --- found by the third red-team review: spellings that hid the banned names ---------------------------
+
+
+def test_rejects_a_macro_call_that_spells_a_namespace():
+    # NS(at)::addmm and NS(pybind11)::module_ passed a scan that looked for `at::` and `pybind11::`
+    v = check_format(cuda_candidate(cuda_extra="out = NS(at)::addmm(out, a, b);"))
+    assert has(v, "NS(at)::")
+
+
+def test_rejects_operator_registration_that_overrides_clone():
+    # TORCH_LIBRARY_IMPL(aten, CPU, m) { m.impl("clone", ...) } made the harness's snapshot compute the output
+    v = check_format(cuda_candidate(cuda_extra='} TORCH_LIBRARY_IMPL(aten, CPU, m) { m.impl("clone", &my_clone); '))
+    assert has(v, "TORCH_LIBRARY_IMPL")
+
+
+def test_rejects_a_libc_function_taken_by_pointer():
+    v = check_format(cuda_candidate(cuda_extra="auto f = fopen;"))
+    assert has(v, "fopen")
+
+
+def test_rejects_a_system_call_in_inline_assembly():
+    v = check_format(cuda_candidate(cuda_extra='long r; asm volatile("syscall" : "=a"(r) : "a"(39));'))
+    assert has(v, "syscall")
+
+
+def test_rejects_c_linkage_declarations_and_load_time_constructors():
+    v = check_format(cuda_candidate(cuda_extra="").replace(
+        "#include <torch/extension.h>",
+        '#include <torch/extension.h>\nextern "C" long syscall(long, ...);\n'
+        "static void __attribute__((constructor)) boot() {}"))
+    assert has(v, 'extern "C"') and has(v, "constructor")
