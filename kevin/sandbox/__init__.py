@@ -40,7 +40,10 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
 - A1-A5 delegating to PyTorch (reference op, ATen from C++, try/except fallback, inheriting the
   reference, ghost branch): the static layer (`check_format`, advisory) and, at run time, an inventory of
   every ATen operator the forward dispatches, from Python or C++ (only allocation, copies and views are
-  allowed). A6 (torch.compile, CUDA graphs): static layer only.
+  allowed), and a check of the built library: its undefined symbols (``nm -D``) must name no ATen
+  operator outside that allow-list, and, on the CPU backend, no libc function for files, memory mapping,
+  signals, processes, threads, dynamic loading or system calls, however the source spelled the call
+  (`._symbols`). A6 (torch.compile, CUDA graphs): static layer only.
 - B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
   scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
   tolerance) on several input sets with signed, scaled and heavy-tailed values; `calibrate` proves per task
@@ -109,10 +112,12 @@ Not defended, and why:
   which forbids Python objects, frames and modules in C++ and frame access in Python, is the defence
   here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
   process can regenerate; it is not built.
-- The static layer's C++ scan reads source text, not the compiled library: it bans the spellings that
-  reviews have used (macro calls before ``::``, function pointers to libc, ``syscall`` in inline
-  assembly, ``extern "C"``, load-time constructors, digraphs, operator registration), but a new spelling
-  could pass it. Checking the undefined symbols of the built library would close that class; not built.
+- The static layer's C++ scan reads source text: it bans the spellings that reviews have used (macro
+  calls before ``::``, function pointers to libc, ``syscall`` in inline assembly, ``extern "C"``,
+  load-time constructors, digraphs, operator registration), but a new spelling could pass it. The
+  built-library check closes that for ATen operators and libc imports; it cannot judge Python C-API
+  use (pybind11's binding code imports it in every extension), inline ``syscall`` instructions, or, on
+  CUDA until a GPU run confirms honest extensions import none of them, libc functions.
 - The NaN fill of fresh allocations is on during the correctness calls and off while timing (it would be
   timed as the candidate's work), so a candidate can tell the phases apart; the timed calls' outputs are
   still checked by the rechecks, and the static layer is what stops ATen delegation in timed calls (the

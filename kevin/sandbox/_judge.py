@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from . import _golden_run, _process, compare, feedback
+from . import _golden_run, _process, _symbols, compare, feedback
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -126,7 +126,7 @@ class CandidateRun:
         msg = self.worker.wait_for(("imported",), deadline)
         self.details["compile_seconds"] = round(time.monotonic() - self.t0, 3)
         if msg is not None and msg.event == "imported":
-            return None
+            return self._check_symbols()
         if msg is not None and msg.event == "error":
             log = str(msg.data.get("message", ""))
             self.details["compile_log"] = log[-8000:]
@@ -135,6 +135,21 @@ class CandidateRun:
         if result.status == "timeout":
             self._clear_build_locks()
         return result
+
+    def _check_symbols(self) -> EvalResult | None:
+        """Reject a built extension that imports ATen compute or forbidden libc functions (:mod:`._symbols`)."""
+        if not self.config.kernel_inventory:
+            return None
+        pid = getattr(self.worker.proc, "pid", None)
+        paths = _symbols.mapped_extensions(pid, self.ext_root) if pid else []
+        found, checked = _symbols.violations(paths, backend=self.backend)
+        self.details["symbol_check"] = {"libraries": [os.path.basename(p) for p in paths], "nm": checked}
+        if found:
+            self.details["violations"] = found
+            body = "\n".join(f"- {v}" for v in found[:8])
+            return EvalResult("format_error", feedback.trim(f"Format error: your compiled extension was rejected.\n{body}"),
+                              details=self.details)
+        return None
 
     def _clear_build_locks(self) -> None:
         """Remove torch's build lock in the directories a killed build was using (else the next candidate

@@ -131,3 +131,15 @@ def test_a_candidate_that_rewrites_the_cached_baselines_cannot_change_any_speedu
     # this Sandbox keeps its first timing; a new one times the reference afresh instead of reading the files
     assert (attack.status, attack.baseline_ms) == ("correct", honest.baseline_ms)
     assert later.baseline_ms < 100.0
+
+
+def test_the_built_library_check_names_aten_called_from_cpp_whatever_its_spelling(inventory_sandbox, warm_builds):
+    # the compiled extension imports at::_ops::relu::call; no spelling of the source can hide that symbol
+    r = inventory_sandbox.evaluate(RELU_TASK, load_candidate("a2_aten_call_cpp"))
+    assert r.status == "format_error", r.feedback
+    assert "the built extension" in r.feedback and "aten.relu" in r.feedback
+
+
+def test_the_built_library_check_reads_the_honest_extension_and_passes_it(warm_builds):
+    check = warm_builds["relu"].details["symbol_check"]
+    assert check["nm"] is True and check["libraries"] == ["kevin_test_relu_cpu.so"]

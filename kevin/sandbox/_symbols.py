@@ -1,0 +1,92 @@
+"""What a candidate's compiled extensions import: a check of the built library, not of its source text.
+
+The static layer reads C++ source, so a spelling it does not know (a macro call before ``::``, a function
+pointer, a new trick) can hide a call from it. The built library cannot hide what it links against: an
+ATen operator called from C++ is an undefined symbol ``at::_ops::<op>::call`` (or ``redispatch``), and a
+libc function is an undefined symbol of its own name. After the candidate's module has imported, the
+parent lists the libraries the candidate process has mapped from the extension cache
+(``/proc/<pid>/maps``) and reads their undefined dynamic symbols with ``nm -D``.
+
+Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views), and,
+on the CPU backend, libc functions for files, memory mapping, signals, processes, threads, dynamic
+loading and raw system calls. (The CUDA backend checks ATen only until a GPU run has confirmed that
+honest CUDA extensions import none of those libc functions, e.g. through a statically linked runtime.)
+Python's C API cannot be judged this way: pybind11's own binding code imports it in every extension.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+FORBIDDEN_LIBC = frozenset("""
+fopen fopen64 freopen fdopen open open64 openat openat64 creat creat64 unlink unlinkat rename renameat
+renameat2 opendir readlink readlinkat mmap mmap64 mremap mprotect madvise sigaction signal sigset bsd_signal
+syscall pthread_create dlopen dlmopen dlsym dlvsym fork vfork clone execve execv execvp execvpe execl execlp
+execle system popen posix_spawn posix_spawnp shm_open memfd_create socket connect ptrace process_vm_readv
+process_vm_writev prctl setrlimit
+""".split())
+_ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
+
+
+def aten_op_allowed(struct: str) -> bool:
+    """``at::_ops`` struct names are the op name plus an optional ``_<overload>`` suffix.
+
+    >>> aten_op_allowed("empty_memory_format"), aten_op_allowed("copy_"), aten_op_allowed("addmm")
+    (True, True, False)
+    >>> aten_op_allowed("relu_")
+    False
+    """
+    from ._inventory import ALLOWED  # imports torch: only when there is a symbol to judge
+
+    if struct in ALLOWED:
+        return True
+    return any(struct[:i] in ALLOWED for i, c in enumerate(struct) if c == "_" and i > 0)
+
+
+def mapped_extensions(pid: int, ext_root: str) -> list[str]:
+    """Shared libraries under ``ext_root`` that process ``pid`` has mapped (empty if /proc is unreadable)."""
+    root = os.path.realpath(ext_root) + os.sep
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.endswith(".so") and os.path.realpath(p).startswith(root))
+
+
+def undefined_symbols(path: str) -> list[str] | None:
+    """Demangled undefined dynamic symbols of one library (None when ``nm`` is missing or fails)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    try:
+        out = subprocess.run([nm, "-D", "--undefined-only", "--demangle", path], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.split(None, 1)[1].split("@")[0].strip() for line in out.splitlines() if len(line.split(None, 1)) == 2]
+
+
+def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
+    """(messages, checked): what the libraries import that a kernel may not; checked is False without nm."""
+    out: list[str] = []
+    checked = True
+    for path in paths:
+        symbols = undefined_symbols(path)
+        if symbols is None:
+            checked = False
+            continue
+        name = os.path.basename(path)
+        for s in symbols:
+            m = _ATEN.search(s)
+            if m and not aten_op_allowed(m.group(1)):
+                out.append(f"the built extension {name} calls the PyTorch operator aten.{m.group(1)} "
+                           "(ATen compute is not allowed; write it in your kernel)")
+            bare = s.split("(")[0]
+            if backend == "cpu" and bare in FORBIDDEN_LIBC:
+                out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
+                           "and system calls are not allowed)")
+    return sorted(set(out)), checked
