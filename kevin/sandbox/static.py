@@ -257,7 +257,7 @@ _CPP_HOOKS = re.compile(
     r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:|\?\?=")
 _CPP_EXTERN_C = re.compile(r"\bextern\s*\"C\"")
 _CPP_SYSCALL_TEXT = re.compile(r"\b(syscall|sysenter)\b|\bint\s*\$?0x80\b")  # with strings: inline asm
-_CPP_MACRO_QUALIFIER = re.compile(r"\b(?!decltype\b)([A-Za-z_]\w*)\s*\([^()]*\)\s*::")
+_CPP_MACRO_QUALIFIER = re.compile(r"\b(?!(?:decltype|if|while|for|switch|return|sizeof|alignof)\b)([A-Za-z_]\w*)\s*\([^()]*\)\s*::")
 _CPP_PRECISION = re.compile(
     r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float"
     r"|_Float16|__fp16|__bf16|kHalf|kFloat16|kBFloat16|c10::Half|c10::BFloat16|at::Half|at::BFloat16"
