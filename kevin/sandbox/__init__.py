@@ -40,7 +40,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
 - A1-A5 delegating to PyTorch (reference op, ATen from C++, try/except fallback, inheriting the
   reference, ghost branch): the static layer (`check_format`, advisory) and, at run time, an inventory of
   every ATen operator the forward dispatches, from Python or C++ (only allocation, copies and views are
-  allowed), and a check of the built library: its undefined symbols (``nm -D``) must name no ATen
+  allowed), taken twice: by a Python dispatch mode and by the profiler (``RecordFunction``), which
+  ``torch._C._DisableTorchDispatch()`` cannot switch off; the profiler also watches the rechecked timed
+  calls (a forward can tell the correctness calls by their NaN-filled allocations, and delegate later), and a check of the built library: its undefined symbols (``nm -D``) must name no ATen
   operator outside that allow-list, and, on the CPU backend, no libc function for files, memory mapping,
   signals, processes, threads, dynamic loading or system calls, however the source spelled the call
   (`._symbols`). A6 (torch.compile, CUDA graphs): static layer only.
@@ -120,8 +122,10 @@ Not defended, and why:
   CUDA until a GPU run confirms honest extensions import none of them, libc functions.
 - The NaN fill of fresh allocations is on during the correctness calls and off while timing (it would be
   timed as the candidate's work), so a candidate can tell the phases apart; the timed calls' outputs are
-  still checked by the rechecks, and the static layer is what stops ATen delegation in timed calls (the
-  operator inventory runs during the correctness calls only).
+  still checked by the rechecks, and ATen delegation in timed calls is seen on the rechecked calls (the
+  profiler watches them) and, from C++, by the built-library check.
+- The static scan does not follow a file-level function stored in an attribute (``self.fn = helper``)
+  into the forward path; the runtime inventory and the watch on rechecks see what such a helper calls.
 - Outputs invariant under permuting their input's elements (a full reduction over a whole tensor) can
   be cached by content: a permuted copy of a seen set has the seen answer, and rechecks agree. No
   built-in task is such a reduction (reductions there run over one dimension).

@@ -125,8 +125,9 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         originals = to_dev(raw)
         args = [x.clone() if isinstance(x, torch.Tensor) else x for x in originals]
         inventory = _inventory.OpInventory() if job.get("inventory", True) else contextlib.nullcontext()
+        profiled = _inventory.ProfiledOps() if job.get("inventory", True) else contextlib.nullcontext()
         try:
-            with inventory:
+            with profiled, inventory:
                 out = model(*args)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -135,9 +136,10 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         n_threads = _guards.python_threads()
         if n_threads != threads0:
             violations.append(f"input set {k}: forward left {n_threads - threads0} extra Python thread(s) running")
-        if isinstance(inventory, _inventory.OpInventory):
-            for op in inventory.compute_ops:
-                torch_ops[op] = torch_ops.get(op, 0) + inventory.ops[op]
+        for seen in (inventory, profiled):
+            if isinstance(seen, (_inventory.OpInventory, _inventory.ProfiledOps)):
+                for op in seen.compute_ops:
+                    torch_ops[op] = max(torch_ops.get(op, 0), seen.ops[op])
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         for i, o in enumerate(outs):
             if type(o) is not torch.Tensor:
@@ -173,7 +175,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     # off while timing; stale or uninitialised outputs in timed calls are caught by the rechecks instead.
     set_deterministic(False)
     try:
-        run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args)
+        run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
+                                inventory=_inventory.ProfiledOps if job.get("inventory", True) else None)
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)

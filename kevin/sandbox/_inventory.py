@@ -22,7 +22,7 @@ _unsafe_view reshape _reshape_alias as_strided as_strided_ expand expand_as t t_
 permute unsqueeze unsqueeze_ squeeze squeeze_ select slice split split_with_sizes chunk unbind narrow
 flatten unflatten view_as movedim diagonal unfold clone copy_ _to_copy contiguous resize_ resize_as_ set_
 _local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset is_same_size
-_has_compatible_shallow_copy_type _pin_memory _nested_tensor_from_mask_left_aligned
+_has_compatible_shallow_copy_type _pin_memory _nested_tensor_from_mask_left_aligned resolve_conj resolve_neg item is_nonzero to type_as
 """.split())
 
 
@@ -38,6 +38,35 @@ class OpInventory(TorchDispatchMode):
         name = getattr(packet, "__name__", None) or str(func)
         self.ops[name] = self.ops.get(name, 0) + 1
         return func(*args, **(kwargs or {}))
+
+    @property
+    def compute_ops(self) -> list[str]:
+        return sorted(op for op in self.ops if op not in ALLOWED)
+
+
+class ProfiledOps:
+    """The same inventory seen by the profiler (``RecordFunction``), which a forward cannot switch off from
+    Python: ``torch._C._DisableTorchDispatch()`` hides ops from a dispatch mode, not from the profiler (a
+    red-team candidate delegated to ``torch.addmm`` that way). Only top-level ATen ops count (the ones the
+    candidate called; an allowed op's own internals are not the candidate's choice)."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, int] = {}
+        self._prof: Any = None
+
+    def __enter__(self) -> "ProfiledOps":
+        import torch
+
+        self._prof = torch.autograd.profiler.profile()
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._prof.__exit__(*exc)
+        for e in self._prof.function_events:
+            if e.cpu_parent is None and e.name.startswith("aten::"):
+                name = e.name[len("aten::"):]
+                self.ops[name] = self.ops.get(name, 0) + 1
 
     @property
     def compute_ops(self) -> list[str]:

@@ -31,19 +31,33 @@ process_vm_writev prctl setrlimit
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
 
 
+_ALLOWED_STRUCTS: frozenset[str] | None = None
+
+
 def aten_op_allowed(struct: str) -> bool:
-    """``at::_ops`` struct names are the op name plus an optional ``_<overload>`` suffix.
+    """Whether ``at::_ops::<struct>`` is an allowed op: struct names are ``op`` or ``op_<overload>``, matched
+    exactly against the dispatcher's registered (op, overload) pairs of the allow-list (a prefix match let
+    ``unfold_backward`` through as if it were ``unfold``: a red-team finding).
 
     >>> aten_op_allowed("empty_memory_format"), aten_op_allowed("copy_"), aten_op_allowed("addmm")
     (True, True, False)
-    >>> aten_op_allowed("relu_")
-    False
+    >>> aten_op_allowed("relu_"), aten_op_allowed("unfold"), aten_op_allowed("unfold_backward")
+    (False, True, False)
     """
-    from ._inventory import ALLOWED  # imports torch: only when there is a symbol to judge
+    global _ALLOWED_STRUCTS
+    if _ALLOWED_STRUCTS is None:
+        import torch
 
-    if struct in ALLOWED:
-        return True
-    return any(struct[:i] in ALLOWED for i, c in enumerate(struct) if c == "_" and i > 0)
+        from ._inventory import ALLOWED  # imports torch: only when there is a symbol to judge
+
+        structs = set()
+        for full in torch._C._dispatch_get_all_op_names():
+            ns, _, rest = full.partition("::")
+            op, _, overload = rest.partition(".")
+            if ns == "aten" and op in ALLOWED and overload != "out":
+                structs.add(f"{op}_{overload}" if overload else op)
+        _ALLOWED_STRUCTS = frozenset(structs)
+    return struct in _ALLOWED_STRUCTS
 
 
 def mapped_extensions(pid: int, ext_root: str) -> list[str]:

@@ -182,6 +182,8 @@ _BANNED_ATTRS = {
     "as_subclass", "__dict__", "__bases__", "__mro__", "__class__", "__setattr__", "__getattribute__",
     "__delattr__",
 }
+_PRIVATE_TORCH = ("torch._C", "torch.utils._python_dispatch", "torch._dispatch", "torch._ops", "torch.library",
+                  "torch._library", "torch.overrides")
 _TENSOR_CLASSES = {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter",
                    "torch._C.TensorBase", "torch._C._TensorBase", "torch.nn.Buffer"}
 _ALLOWED_MODULE_CALL_ROOTS = {"math", "typing"}
@@ -547,6 +549,11 @@ def _check_banned_python(mod: _Module) -> list[str]:
             out.append(f"accesses .{node.attr} (line {line}): introspection and tensor hooks are not allowed")
         elif isinstance(node, ast.Call):
             out += _banned_call(mod, node)
+        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(mod.parents.get(id(node)), ast.Attribute):
+            q = mod.qualname(node) or ""
+            if any(q == p or q.startswith(p + ".") for p in _PRIVATE_TORCH):
+                out.append(f"uses {q} (line {line}): PyTorch's private dispatch internals are not allowed "
+                           "(they can hide operators from the sandbox)")
         if (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
                 and not isinstance(mod.parents.get(id(node)), ast.Attribute)):
             out += _banned_torch_ref(mod, node)  # assignment targets are reported by _check_module_assignment

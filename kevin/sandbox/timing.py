@@ -217,10 +217,14 @@ def time_calls(
     rechecks: dict[int, Sequence[Any]] | None = None,
     keep_alive_bytes: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    inventory: Callable[[], Any] | None = None,
 ) -> TimingRun:
     """Warm up, then time ``call`` on fresh inputs; ``rechecks`` maps trial index -> golden-input args.
 
     Returns the per-trial samples (ms) and, for each recheck trial, a CPU copy of its outputs.
+    ``inventory()``, when given, is a context manager with ``compute_ops`` (:class:`._inventory.ProfiledOps`)
+    that watches the recheck calls: PyTorch compute in a timed call is an error, even if the correctness
+    calls were clean (a forward can tell the phases apart). Its cost falls outside the timed window.
     Stops after ``n_trials``, or once ``budget_s`` has passed, at least ``MIN_TRIALS`` trials were taken
     and every recheck position has been reached.
     """
@@ -272,7 +276,15 @@ def time_calls(
             args = _refill(prev, new) if in_place else new
         else:
             args = _refill(prev, content) if in_place else fresh.place(content)
-        ms, wall, out = one(args)
+        watch = inventory() if inventory is not None and i in rechecks else None
+        if watch is not None:
+            with watch:
+                ms, wall, out = one(args)
+            if watch.compute_ops:
+                run.errors.append(f"timed call {i}: your forward called PyTorch operators ("
+                                  + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
+        else:
+            ms, wall, out = one(args)
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
         if not run.errors and not _allocator_owned(out):

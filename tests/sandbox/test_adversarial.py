@@ -40,6 +40,7 @@ INVENTORY = {
     "a3_try_except_fallback": "aten.relu",
     "a4_inherit_reference": "aten.relu",
     "a5_ghost_branch": "aten.clamp",
+    "a7_disable_python_dispatch": "aten.relu",
     "e4_obfuscated_exec": "aten.relu",
 }
 
@@ -143,3 +144,10 @@ def test_the_built_library_check_names_aten_called_from_cpp_whatever_its_spellin
 def test_the_built_library_check_reads_the_honest_extension_and_passes_it(warm_builds):
     check = warm_builds["relu"].details["symbol_check"]
     assert check["nm"] is True and check["libraries"] == ["kevin_test_relu_cpu.so"]
+
+
+def test_pytorch_compute_in_timed_calls_only_is_seen_by_the_watch_on_rechecks(full_sandbox, warm_builds):
+    # the candidate tells the correctness calls by their NaN-filled allocations and delegates afterwards
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate("a8_delegate_only_in_timed_calls"))
+    assert r.status == "incorrect", r.feedback
+    assert "aten.relu" in r.feedback and "timed call" in r.feedback

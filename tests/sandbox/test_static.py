@@ -783,3 +783,9 @@ def test_rejects_c_linkage_declarations_and_load_time_constructors():
         '#include <torch/extension.h>\nextern "C" long syscall(long, ...);\n'
         "static void __attribute__((constructor)) boot() {}"))
     assert has(v, 'extern "C"') and has(v, "constructor")
+
+
+def test_rejects_private_dispatch_internals_anywhere_in_the_file():
+    # torch._C._DisableTorchDispatch() hid a delegated torch.relu from the runtime inventory
+    v = check_format(cuda_candidate(head="HIDE = torch._C._DisableTorchDispatch"))
+    assert has(v, "torch._C._DisableTorchDispatch")
