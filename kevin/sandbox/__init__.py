@@ -37,15 +37,16 @@ Design: three trust zones.
 
 Defended (each has an adversarial test under tests/sandbox/candidates/):
 
-- A1-A5 delegating to PyTorch (reference op, ATen from C++, try/except fallback, inheriting the
-  reference, ghost branch): the static layer (`check_format`, advisory) and, at run time, an inventory of
-  every ATen operator the forward dispatches, from Python or C++ (only allocation, copies and views are
-  allowed), taken twice: by a Python dispatch mode and by the profiler (``RecordFunction``), which
+- A1-A5 delegating to PyTorch (reference op, ATen from C++, try/except fallback, inheriting the reference,
+  ghost branch): the static layer (`check_format`, advisory) and, at run time, an inventory of every ATen
+  operator the forward dispatches, from Python or C++ (only allocation, copies and views are allowed), taken
+  twice: by a Python dispatch mode and by the profiler (``RecordFunction``), which
   ``torch._C._DisableTorchDispatch()`` cannot switch off; the profiler also watches the rechecked timed
-  calls (a forward can tell the correctness calls by their NaN-filled allocations, and delegate later), and a check of the built library: its undefined symbols (``nm -D``) must name no ATen
-  operator outside that allow-list, and, on the CPU backend, no libc function for files, memory mapping,
-  signals, processes, threads, dynamic loading or system calls, however the source spelled the call
-  (`._symbols`). A6 (torch.compile, CUDA graphs): static layer only.
+  calls (a forward can tell the correctness calls by their NaN-filled allocations, and delegate later), and
+  a check of the built library: its undefined symbols (``nm -D``) must name no ATen operator outside that
+  allow-list, and, on the CPU backend, no libc function for files, memory mapping, signals, processes,
+  threads, dynamic loading or system calls, however the source spelled the call (`._symbols`). A6
+  (torch.compile, CUDA graphs): static layer only.
 - B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
   scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
   tolerance) on several input sets with signed, scaled and heavy-tailed values; `calibrate` proves per task
@@ -142,14 +143,14 @@ Not defended, and why:
 - Background work that finishes before the output is copied (a native thread, a CUDA stream outside
   the device) is caught only through the thread count, the static layer and the device-wide synchronize.
 
-What a "correct" verdict guarantees: in a process that never held the reference, ``ModelNew`` built
-after the reference's seed returned, for every input set (the task's own distribution and its variants,
-drawn from a seed it could not know), exact ``torch.Tensor`` outputs of the reference's dtype, shape and
-device, in storage PyTorch allocated, not aliasing its inputs, with NaN/inf exactly where the reference has them and every other
-element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the harness's
-functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when timed, its
-timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median of
-device-synchronised calls after an L2 flush) is consistent with the parent's wall clock.
+What a "correct" verdict guarantees: in a process that never held the reference, ``ModelNew`` built after
+the reference's seed returned, for every input set (the task's own distribution and its variants, drawn from
+a seed it could not know), exact ``torch.Tensor`` outputs of the reference's dtype, shape and device, in
+storage PyTorch allocated, not aliasing its inputs, with NaN/inf exactly where the reference has them and
+every other element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the
+harness's functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when
+timed, its timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median
+of device-synchronised calls after an L2 flush) is consistent with the parent's wall clock.
 """
 
 from .calibrate import CalibrationReport, calibrate, calibrate_many

@@ -22,7 +22,8 @@ _unsafe_view reshape _reshape_alias as_strided as_strided_ expand expand_as t t_
 permute unsqueeze unsqueeze_ squeeze squeeze_ select slice split split_with_sizes chunk unbind narrow
 flatten unflatten view_as movedim diagonal unfold clone copy_ _to_copy contiguous resize_ resize_as_ set_
 _local_scalar_dense sym_size sym_stride sym_numel sym_storage_offset is_same_size
-_has_compatible_shallow_copy_type _pin_memory _nested_tensor_from_mask_left_aligned resolve_conj resolve_neg item is_nonzero to type_as
+_has_compatible_shallow_copy_type _pin_memory _nested_tensor_from_mask_left_aligned
+resolve_conj resolve_neg item is_nonzero to type_as
 """.split())
 
 

@@ -11,16 +11,16 @@ Used only inside worker processes (it imports torch). One timed call is:
 The device-wide synchronize before the end event catches work left on other streams (hack D1); its own
 latency is measured by the same sequence with no call and subtracted. The runtime is the median of the
 samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
-whose reference output the golden process computed, so a recheck looks exactly like any other timed call
-(a candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and
-its output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled
-copy of a set it has seen, a candidate can derive the answer with tables built in the untimed
-correctness calls (circular prefix sums, a linear layer at every shift: a red-team finding); from a
-permuted copy, deriving the answer costs a gather of every element, no less than the work itself. Any call, recheck or not, either gets new
-buffers or has its content written into the previous call's buffers in place (same addresses, new
+whose reference output the golden process computed, so a recheck looks exactly like any other timed call (a
+candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its
+output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled copy
+of a set it has seen, a candidate can derive the answer with tables built in the untimed correctness calls
+(circular prefix sums, a linear layer at every shift: a red-team finding); from a permuted copy, deriving
+the answer costs a gather of every element, no less than the work itself. Any call, recheck or not, either
+gets new buffers or has its content written into the previous call's buffers in place (same addresses, new
 content, a ``_version`` bump): a pointer-keyed cache is caught on an in-place recheck, and whether the
-address changed tells the candidate nothing about whether the call is checked. With two or more
-rechecks, at least one is in place and one at new addresses.
+address changed tells the candidate nothing about whether the call is checked. With two or more rechecks, at
+least one is in place and one at new addresses.
 """
 
 from __future__ import annotations
