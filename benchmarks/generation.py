@@ -13,6 +13,9 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
 - ``policy:generate`` / ``policy:static`` / ``policy:continuous``: ``kevin.core.policy.TransformersPolicy``
   in that mode, with its sampling log-probs recorded (``policy:static`` is what ``mode="auto"`` picks on
   CUDA). ``logprob_check`` compares the recorded log-probs of a few rows with a teacher-forced forward pass.
+  ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.attention.IMPLEMENTATIONS``).
+  ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
+  ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
 Usage (results appended to OUT/results.jsonl and rendered to OUT/results.md after every variant)::
 
@@ -118,6 +121,10 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         from kevin.core.policy import TransformersPolicy, round_up
 
         mode = variant.split(":", 1)[1]
+        extra = {}
+        if "@" in mode:
+            mode, impl = mode.split("@", 1)
+            extra["decode_attention"] = None if impl == "model" else impl
         cb = None
         if mode == "continuous":
             from transformers import ContinuousBatchingConfig
@@ -127,7 +134,7 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
                 max_requests_per_batch=n, use_cuda_graph=True, return_logprobs=True, allow_block_sharing=False,
             )
         policy = TransformersPolicy(model, _IdsOnlyTokenizer(), max_new_tokens=new, temperature=0.9, mode=mode,
-                                    stop_token_ids=(), batch_size=batch_size, continuous_batching_config=cb)
+                                    stop_token_ids=(), batch_size=batch_size, continuous_batching_config=cb, **extra)
         out["resolved_mode"] = policy.resolved_mode()
         # Warm-up (compilation, CUDA graph capture): a short call with the same batch and KV-cache shape, so
         # the timed call reuses the compiled graphs (the cache length is rounded up to the policy's bucket).
@@ -136,7 +143,7 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
             warm_new = new
         warm_policy = TransformersPolicy(model, _IdsOnlyTokenizer(), max_new_tokens=warm_new, temperature=0.9,
                                          mode=mode, stop_token_ids=(), batch_size=batch_size,
-                                         continuous_batching_config=cb)
+                                         continuous_batching_config=cb, **extra)
         warm = []
         for _ in range(warmup):
             sync(); t = time.perf_counter()
@@ -152,6 +159,14 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
                    tokens_per_s=round(generated / dt, 1), complete=generated == n * new,
                    mean_logprob=round(sum(lps) / len(lps), 3),
                    logprob_check_max_abs=round(logprob_check(model, gens, 0.9), 4))
+        if mode == "static" and new > 1:  # prefill (+ one sampling step) alone, same batch and cache shape
+            one = TransformersPolicy(model, _IdsOnlyTokenizer(), max_new_tokens=1, temperature=0.9, mode=mode,
+                                     stop_token_ids=(), batch_size=batch_size, **extra)
+            one._cache_len = policy._cache_len
+            sync(); t = time.perf_counter()
+            one.generate_from_ids(prompts)
+            sync(); prefill = time.perf_counter() - t
+            out.update(prefill_s=round(prefill, 2), decode_step_ms=round(1000 * (dt - prefill) / (new - 1), 2))
     if device == "cuda":
         out["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
         out["device_name"] = torch.cuda.get_device_name()
@@ -162,15 +177,16 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| shape | prompts x len + new | variant | tokens/s | seconds | warm-up s | complete | logprob check | GiB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| shape | prompts x len + new | variant | tokens/s | seconds | prefill s | decode step ms | warm-up s | complete | logprob check | GiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "tokens_per_s" not in r:
-            lines.append(f"| {r.get('shape')} | | {r['variant']} | {r.get('status', 'failed')} | | | | | |")
+            lines.append(f"| {r.get('shape')} | | {r['variant']} | {r.get('status', 'failed')} | | | | | | | |")
             continue
         lines.append(
             f"| {r['shape']} | {r['prompts']} x {r['prompt_len']} + {r['new_tokens']} | {r['variant']} | "
-            f"{r['tokens_per_s']:.0f} | {r['seconds']} | {r.get('warmup_s', '')} | {r['complete']} | "
+            f"{r['tokens_per_s']:.0f} | {r['seconds']} | {r.get('prefill_s', '')} | {r.get('decode_step_ms', '')} | "
+            f"{r.get('warmup_s', '')} | {r['complete']} | "
             f"{r.get('logprob_check_max_abs', '')} | {r.get('max_memory_gib', '')} |")
     return "\n".join(lines) + "\n"
 
@@ -193,7 +209,7 @@ def main() -> None:
                     args.new_tokens or DEFAULTS[args.shape][2])
 
     if args.worker:  # child: run one variant, print one JSON line
-        warmup = 1 if args.worker == "policy:static" else 0  # generate_batch warms up inside every call
+        warmup = 1 if args.worker.startswith("policy:static") else 0  # generate_batch warms up inside every call
         res = run_variant(args.worker, args.shape, args.device, n, plen, new, args.cap_s, warmup, args.batch_size)
         print("RESULT " + json.dumps(res), flush=True)
         return

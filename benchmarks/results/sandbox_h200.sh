@@ -25,9 +25,11 @@ timeout "${BENCH_S:-150}" python3 benchmarks/sandbox_gpu.py --out "$OUT/a" --pre
   --phases "${PHASES:-warm,noise,dobench}" > "$OUT/bench_a.log" 2>&1
 echo "rc=$? (t=$SECONDS s)" >> "$OUT/bench_a.log"
 [ "${PHASES2:-}" = none ] && exit 0
-echo "== benchmarks/sandbox_gpu.py, prefork off, $WORKERS workers (t=$SECONDS s)"
-timeout "${BENCH2_S:-300}" python3 benchmarks/sandbox_gpu.py --out "$OUT/b" --prefork off --workers "$WORKERS" \
+echo "== benchmarks/sandbox_gpu.py, prefork ${PREFORK2:-off}, $WORKERS workers (t=$SECONDS s)"
+timeout "${BENCH2_S:-300}" python3 benchmarks/sandbox_gpu.py --out "$OUT/b" --prefork "${PREFORK2:-off}" --workers "$WORKERS" \
   --n-single "${N_SINGLE:-2}" --phases "${PHASES2:-many,one}" > "$OUT/bench_b.log" 2>&1
 echo "rc=$? (t=$SECONDS s)" >> "$OUT/bench_b.log"
+# What honest CUDA extensions import from libc (for the CUDA side of kevin/sandbox/_symbols.py).
+for so in $(find "$KEVIN_CACHE_DIR" -name '*.so' 2>/dev/null | head -4); do echo "== $so"; nm -D --undefined-only "$so" | grep -v ' U _Z'; done > "$OUT/cuda_symbols.txt" 2>&1
 rm -f "$OUT"/a/sandbox_gpu.md "$OUT"/b/sandbox_gpu.md  # the .json holds the same; the device returns 8 files at most
 grep -hv DEBUG "$OUT/bench_a.log" "$OUT/bench_b.log" | cut -c1-600 | tail -40

@@ -126,58 +126,6 @@ def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tupl
 # transformers
 
 
-GQA_ATTENTION = "kevin_gqa_decode"
-
-
-def gqa_decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers attention function: grouped-query attention for one-token decoding steps, sdpa otherwise.
-
-    query [B, H, 1, D]; key, value [B, Hkv, S, D] (the whole KV cache); attention_mask [B, 1, 1, S], bool
-    (True = attend) or additive float, or None. Returns ([B, 1, H, D], None) like transformers' sdpa.
-
-    transformers' sdpa path cannot use GQA with a mask, so it materialises K and V repeated H / Hkv times:
-    for a static cache that is ``2 * H/Hkv`` full copies of the cache per layer and step, which dominates
-    decoding (Qwen2.5-1.5B, H/Hkv = 6). Here the H/Hkv query heads that share a KV head are stacked as
-    rows of one matmul against that KV head, so the cache is read once and never copied:
-
-        scores[b, g, r, s] = scaling * <q[b, g*R + r], k[b, g, s]>        (R = H / Hkv)
-        out[b, g*R + r]    = sum_s softmax_s(scores + mask)[b, g, r, s] * v[b, g, s]
-
-    The arithmetic is transformers' eager attention (scores in the model dtype, softmax in fp32), which
-    is the same function as sdpa up to rounding; prefill and training forwards (more than one query token)
-    go to sdpa unchanged.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    n_rep = getattr(module, "num_key_value_groups", 1)
-    if query.shape[2] != 1 or n_rep == 1 or dropout or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    import torch
-
-    b, h, _, d = query.shape
-    hkv = key.shape[1]
-    scale = scaling if scaling is not None else d**-0.5
-    q = query.reshape(b, hkv, n_rep, d)  # [B, Hkv, R, D]; head g*R + r uses KV head g, as repeat_kv does
-    scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # [B, Hkv, R, S]
-    if attention_mask is not None:
-        mask = attention_mask[:, :, :, : key.shape[2]]  # [B, 1, 1, S] broadcasts over Hkv and R
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + mask
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, Hkv, R, D]
-    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None  # [B, 1, H, D]
-
-
-def _register_gqa_attention() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
-    AttentionInterface.register(GQA_ATTENTION, gqa_decode_attention)
-    AttentionMaskInterface.register(GQA_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-
-
 class _attention_implementation:
     """Context manager: switch a transformers model to ``name`` for the duration, then switch back."""
 
@@ -248,8 +196,7 @@ class TransformersPolicy:
             ``cache_bucket`` (so successive calls reuse one cache and one compiled graph); on CUDA,
             transformers compiles the decoding forward (``torch.compile``, CUDA graphs). Batches are padded
             to a multiple of 8 rows for the same reason (padding rows are dropped). An ``sdpa`` model decodes
-            with :func:`gqa_decode_attention` for the duration of the call (same arithmetic as transformers'
-            eager attention, without copying the KV cache once per query head).
+            with ``decode_attention`` for the duration of the call.
             ``"continuous"``: ``model.generate_batch`` (continuous batching, paged KV cache).
             ``"auto"``: ``"static"`` when the model is on CUDA (the fastest exact path measured, see
             ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
@@ -258,8 +205,10 @@ class TransformersPolicy:
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
         continuous_batching_config: a ``transformers.ContinuousBatchingConfig`` for mode "continuous".
-        gqa_decode: in mode "static", decode an ``sdpa`` model with :func:`gqa_decode_attention` (False:
-            keep transformers' sdpa, which copies the KV cache once per query head at every step).
+        decode_attention: in mode "static", the attention an ``sdpa`` model decodes with, one of
+            ``kevin.core.attention.IMPLEMENTATIONS`` (see that module; all compute the same function up to
+            rounding), or None to keep transformers' sdpa, which copies the KV cache once per query head at
+            every step.
 
     Every response carries its sampling log-probs (see the module docstring for their exact meaning).
     """
@@ -279,7 +228,7 @@ class TransformersPolicy:
         generate_kwargs: dict[str, Any] | None = None,
         cache_bucket: int = 1024,
         continuous_batching_config: Any = None,
-        gqa_decode: bool = True,
+        decode_attention: str | None = "grouped",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
@@ -298,7 +247,11 @@ class TransformersPolicy:
         self.generate_kwargs = dict(generate_kwargs or {})
         self.cache_bucket = int(cache_bucket)
         self.continuous_batching_config = continuous_batching_config
-        self.gqa_decode = bool(gqa_decode)
+        from kevin.core.attention import IMPLEMENTATIONS
+
+        if decode_attention is not None and decode_attention not in IMPLEMENTATIONS:
+            raise ValueError(f"unknown decode_attention {decode_attention!r}; expected one of {IMPLEMENTATIONS} or None")
+        self.decode_attention = decode_attention
         if stop_token_ids is None:
             stop_token_ids = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None]
         self.stop_token_ids = tuple(dict.fromkeys(int(i) for i in stop_token_ids))
@@ -415,9 +368,10 @@ class TransformersPolicy:
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
             extra = {"cache_implementation": "static", "max_cache_len": self._cache_len}
-            if self.gqa_decode and getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
-                _register_gqa_attention()
-                attention = GQA_ATTENTION
+            if self.decode_attention and getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
+                from kevin.core.attention import register
+
+                attention = register(self.decode_attention)
         ids, mask = left_pad(prompts, longest, self.pad_token_id)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]

@@ -311,9 +311,11 @@ def test_openai_api_key_defaults_to_the_environment(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_auto_mode_on_cuda_samples_with_exact_logprobs(tok):
+@pytest.mark.parametrize("decode_attention", ["grouped", "grouped_sdpa", "triton"])
+def test_auto_mode_on_cuda_samples_with_exact_logprobs(tok, decode_attention):
     model = build_tiny_model(tok, seed=5).to("cuda")
-    policy = TransformersPolicy(model, tok, max_new_tokens=16, temperature=0.9, top_p=0.95, stop_token_ids=())
+    policy = TransformersPolicy(model, tok, max_new_tokens=16, temperature=0.9, top_p=0.95, stop_token_ids=(),
+                                decode_attention=decode_attention)
     assert policy.resolved_mode() != "generate"
     for _ in range(2):  # the second call reuses the cache and the compiled graph
         gens = policy.generate(CONVERSATIONS)
@@ -334,28 +336,83 @@ def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok,
     assert all(math.isfinite(x) and x <= 0 for g in gens for x in g.logprobs)
 
 
-# --- grouped decode attention -------------------------------------------------------------------------
+# --- decode attention (kevin.core.attention) ----------------------------------------------------------
 
 
 class _Module:
     num_key_value_groups = 3
 
 
-@pytest.mark.parametrize("mask_kind", ["bool", "float", "none"])
-def test_gqa_decode_attention_equals_sdpa_over_repeated_kv_heads(mask_kind):
-    from kevin.core.policy import gqa_decode_attention
-
+def _decode_case(mask_kind):
     g = torch.Generator().manual_seed(0)
     b, h, hkv, s, d = 2, 6, 2, 7, 8
     q, k, v = torch.randn(b, h, 1, d, generator=g), torch.randn(b, hkv, s, d, generator=g), torch.randn(b, hkv, s, d, generator=g)
     keep = torch.ones(b, 1, 1, s, dtype=torch.bool)
     keep[0, :, :, :3] = False  # row 0: three left-padding positions
     mask = {"bool": keep, "float": torch.zeros(b, 1, 1, s).masked_fill(~keep, float("-inf")), "none": None}[mask_kind]
-    out, _ = gqa_decode_attention(_Module(), q, k, v, mask, scaling=0.3)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask, scale=0.3
-    ).transpose(1, 2)
+    ).transpose(1, 2)  # transformers' sdpa path: K and V copied once per query head
+    return q, k, v, mask, ref
+
+
+@pytest.mark.parametrize("implementation", ["grouped", "grouped_sdpa", "triton"])
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "none"])
+def test_decode_attention_equals_sdpa_over_repeated_kv_heads(implementation, mask_kind):
+    from kevin.core import attention
+
+    q, k, v, mask, ref = _decode_case(mask_kind)
+    fn = {"grouped": attention.grouped_attention, "grouped_sdpa": attention.grouped_sdpa_attention,
+          "triton": attention.triton_attention}[implementation]  # triton on CPU falls back to grouped
+    out, _ = fn(_Module(), q, k, v, mask, scaling=0.3)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_prefill_attention_drops_cache_slots_no_query_may_attend():
+    from kevin.core.attention import prefill_attention
+
+    g = torch.Generator().manual_seed(1)
+    b, h, hkv, q_len, s, d = 2, 6, 2, 4, 9, 8  # a static cache of 9 slots, a prefill of 4 tokens
+    q = torch.randn(b, h, q_len, d, generator=g)
+    k, v = torch.randn(b, hkv, s, d, generator=g), torch.randn(b, hkv, s, d, generator=g)
+    keep = torch.ones(b, 1, q_len, s, dtype=torch.bool).tril()  # causal; slots 4..8 are future (all False)
+    keep[1, :, :, :2] = False  # row 1: two left-padding tokens
+    keep[1, :, :2, :2] = torch.eye(2, dtype=torch.bool)  # padding queries attend to themselves (never NaN)
+    k[:, :, q_len:] = float("nan")  # an unwritten cache tail: any read of it would poison the output
+    out, _ = prefill_attention(_Module(), q, k, v, keep, scaling=0.3)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k[:, :, :q_len].repeat_interleave(3, 1), v[:, :, :q_len].repeat_interleave(3, 1),
+        attn_mask=keep[..., :q_len], scale=0.3).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_unknown_decode_attention_is_rejected(tok, model):
+    with pytest.raises(ValueError, match="decode_attention"):
+        TransformersPolicy(model, tok, decode_attention="fast")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s, pad", [(3072, 1000), (200, 0)])
+def test_triton_decode_matches_grouped_attention_on_cuda(s, pad):
+    from kevin.core import attention
+
+    assert attention.load_triton_kernels()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    b, h, hkv, d = 8, 28, 4, 128
+    q = torch.randn(b, h, 1, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, hkv, s, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, hkv, s, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    keep = torch.ones(b, 1, 1, s, dtype=torch.bool, device="cuda")
+    keep[0, ..., :pad] = False  # left padding of row 0
+    keep[..., s - s // 3 :] = False  # the static cache's future slots
+    k[..., s - s // 3 :, :] = float("nan")  # never read: skipped blocks and masked loads
+    module = type("M", (), {"num_key_value_groups": h // hkv})()
+    out, _ = attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1),
+        v[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1), attn_mask=keep[..., : s - s // 3],
+        scale=d**-0.5).transpose(1, 2)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)  # bf16 probabilities and output
 
 
 def test_static_mode_restores_the_models_attention_implementation(tok):

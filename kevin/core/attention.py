@@ -1,0 +1,280 @@
+"""Attention functions for decoding with a static KV cache, plugged into ``transformers``' attention interface.
+
+During a decoding step of a grouped-query model (``H`` query heads sharing ``Hkv`` KV heads, ``R = H / Hkv``)
+attention reads the whole KV cache once per layer: that read, with the weights, is the step's cost. Three
+implementations of the same function
+
+    out[b, g*R + r] = sum_s softmax_s(scale * <q[b, g*R + r], k[b, g, s]> + mask[b, s]) * v[b, g, s]
+
+for one query token (``query [B, H, 1, D]``, ``key, value [B, Hkv, S, D]``, ``mask [B, 1, 1, S]``):
+
+- ``"grouped"`` (:func:`grouped_attention`): the ``R`` query heads of a KV head are stacked as rows of one
+  matmul against that head; transformers' eager arithmetic (scores in the model dtype, softmax in fp32).
+- ``"grouped_sdpa"`` (:func:`grouped_sdpa_attention`): the same stacking handed to
+  ``F.scaled_dot_product_attention`` as ``R`` query rows, so a fused kernel never writes the scores.
+- ``"triton"`` (:func:`triton_attention`): a split-KV flash-decoding kernel that skips every block of ``BLOCK_N``
+  cache slots whose mask is all False (left padding, and the cache slots past the current position, which
+  a static cache of ``S`` slots holds until the end of generation); scores and softmax in fp32. CUDA only;
+  elsewhere it falls back to ``"grouped"``.
+
+transformers' own ``sdpa`` cannot use grouped-query attention with a mask, so it copies K and V ``R`` times
+per layer and step: for a static cache that copy dominates decoding. Every function here sends forwards of
+more than one query token (prefill, training) to transformers' sdpa, after dropping cache slots that no
+query may attend to (:func:`prefill_attention`).
+
+Like ``policy.py``, this module imports ``transformers`` (and ``triton`` for ``"triton"``) lazily, inside the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+IMPLEMENTATIONS = ("grouped", "grouped_sdpa", "triton")
+
+
+def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa for forwards of several query tokens, with the never-attended cache tail dropped.
+
+    query [B, H, Q, D]; key, value [B, Hkv, S, D]; attention_mask [B, 1, Q, S] bool or None.
+
+    A left-padded prefill into an empty static cache of S > Q slots carries a mask over all S slots, so the
+    fused kernel does S / Q times the work. When every slot from Q on is masked for every query (checked on
+    the mask, so exact whatever the cache holds), those slots are cut: key[:, :, :Q], mask[..., :Q]. The check
+    reads the mask (a device sync), so it runs only outside ``torch.compile`` (transformers never compiles the
+    prefill).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, s = query.shape[2], key.shape[2]
+    if (
+        attention_mask is not None
+        and attention_mask.dtype == torch.bool
+        and s > q_len
+        and attention_mask.shape[-1] >= s
+        and not torch.compiler.is_compiling()
+        and not bool(attention_mask[..., q_len:s].any())
+    ):
+        key, value, attention_mask = key[:, :, :q_len], value[:, :, :q_len], attention_mask[..., :q_len]
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _decoding(module: Any, query: torch.Tensor, dropout: float, kwargs: dict) -> bool:
+    """True when the grouped paths apply: one query token, grouped heads, no dropout or position bias."""
+    return (query.shape[2] == 1 and getattr(module, "num_key_value_groups", 1) > 1 and not dropout
+            and kwargs.get("position_bias") is None)
+
+
+def grouped_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """``"grouped"``: one matmul per KV head over its R query heads; returns ([B, 1, H, D], None).
+
+        scores[b, g, r, s] = scaling * <q[b, g*R + r], k[b, g, s]>        [B, Hkv, R, S], model dtype
+        out[b, g*R + r]    = sum_s softmax_s(scores + mask)[b, g, r, s] * v[b, g, s]   (softmax in fp32)
+
+    transformers' eager arithmetic without copying K and V once per query head.
+    """
+    if not _decoding(module, query, dropout, kwargs):
+        return prefill_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    b, h, _, d = query.shape
+    hkv = key.shape[1]
+    scale = scaling if scaling is not None else d**-0.5
+    q = query.reshape(b, hkv, h // hkv, d)  # [B, Hkv, R, D]; head g*R + r uses KV head g, as repeat_kv does
+    scores = torch.matmul(q, key.transpose(-1, -2)) * scale  # [B, Hkv, R, S]
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[2]]  # [B, 1, 1, S] broadcasts over Hkv and R
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    out = torch.matmul(probs, value)  # [B, Hkv, R, D]
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None  # [B, 1, H, D]
+
+
+def grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """``"grouped_sdpa"``: the R query heads of a KV head as R query rows of one fused sdpa call.
+
+    sdpa(q [B, Hkv, R, D], k, v [B, Hkv, S, D], mask [B, 1, 1, S]) -> [B, Hkv, R, D], no causal mask (the
+    mask already hides the future); returns ([B, 1, H, D], None).
+    """
+    if not _decoding(module, query, dropout, kwargs):
+        return prefill_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    b, h, _, d = query.shape
+    hkv = key.shape[1]
+    q = query.reshape(b, hkv, h // hkv, d)
+    mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[2]]
+    out = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# triton: split-KV flash decoding
+
+
+_KERNELS: tuple | None = None  # (split_kernel, combine_kernel) once `load_triton_kernels` succeeded
+
+
+def load_triton_kernels() -> bool:
+    """Define the Triton kernels (compiled by Triton on first launch); False when triton is not installed.
+
+    Called by ``register("triton")``, outside any ``torch.compile`` region, so that the compiled decoding
+    forward only reads the module global.
+    """
+    global _KERNELS
+    if _KERNELS is not None:
+        return True
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:  # pragma: no cover - CPU-only installs
+        return False
+
+    @triton.jit
+    def split_kernel(Q, K, V, MASK, O, LSE, S, n_split, n_iter, scale,
+                     stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_mb, stride_ms,
+                     HKV: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, D: tl.constexpr,
+                     BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+        # program (b * HKV + g, split): the R query rows of KV head g over n_iter blocks of cache slots
+        bh = tl.program_id(0)
+        sp = tl.program_id(1)
+        b = bh // HKV
+        g = bh % HKV
+        rows = tl.arange(0, RP)
+        cols = tl.arange(0, D)
+        q = tl.load(Q + (bh * R + rows[:, None]) * D + cols[None, :], mask=rows[:, None] < R, other=0.0)  # [RP, D]
+        m_i = tl.full([RP], float("-inf"), tl.float32)
+        l_i = tl.zeros([RP], tl.float32)
+        acc = tl.zeros([RP, D], tl.float32)
+        k_base = K + b * stride_kb + g * stride_kh
+        v_base = V + b * stride_vb + g * stride_vh
+        for i in range(0, n_iter):  # n_iter blocks of BLOCK_N slots from slot sp * n_iter * BLOCK_N
+            offs = (sp * n_iter + i) * BLOCK_N + tl.arange(0, BLOCK_N)
+            keep = offs < S
+            if HAS_MASK:
+                keep = keep & (tl.load(MASK + b * stride_mb + offs * stride_ms, mask=offs < S, other=0) != 0)
+            if tl.max(keep.to(tl.int32), axis=0) > 0:  # skip blocks no query may attend to
+                k = tl.load(k_base + offs[:, None] * stride_ks + cols[None, :], mask=keep[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [RP, BLOCK_N] fp32
+                s = tl.where(keep[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                alpha = tl.exp(m_i - m_new)
+                p = tl.exp(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                v = tl.load(v_base + offs[:, None] * stride_vs + cols[None, :], mask=keep[:, None], other=0.0)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m_i = m_new
+        seen = l_i > 0
+        out = acc / tl.where(seen, l_i, 1.0)[:, None]
+        lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+        base = bh * n_split + sp
+        tl.store(O + (base * RP + rows[:, None]) * D + cols[None, :], out)
+        tl.store(LSE + base * RP + rows, lse)
+
+    @triton.jit
+    def combine_kernel(O, LSE, OUT, n_split, R: tl.constexpr, RP: tl.constexpr, D: tl.constexpr,
+                       SPLIT_P: tl.constexpr):
+        # out[bh, r] = sum_i w_i * o_i[r] / sum_i w_i, w_i = exp(lse_i[r] - max_i lse_i[r])
+        bh = tl.program_id(0)
+        splits = tl.arange(0, SPLIT_P)
+        rows = tl.arange(0, RP)
+        cols = tl.arange(0, D)
+        lse = tl.load(LSE + (bh * n_split + splits[:, None]) * RP + rows[None, :], mask=splits[:, None] < n_split,
+                      other=float("-inf"))  # [SPLIT_P, RP]
+        top = tl.max(lse, axis=0)  # [RP]
+        top = tl.where(top == float("-inf"), 0.0, top)
+        w = tl.exp(lse - top[None, :])  # [SPLIT_P, RP]; 0 for empty splits
+        total = tl.sum(w, axis=0)
+        acc = tl.zeros([RP, D], tl.float32)
+        for i in range(0, n_split):
+            o = tl.load(O + ((bh * n_split + i) * RP + rows[:, None]) * D + cols[None, :])  # [RP, D]
+            wi = tl.sum(tl.where(splits[:, None] == i, w, 0.0), axis=0)  # [RP]
+            acc += o * wi[:, None]
+        acc = acc / tl.where(total > 0, total, 1.0)[:, None]
+        tl.store(OUT + (bh * R + rows[:, None]) * D + cols[None, :], acc.to(OUT.dtype.element_ty), mask=rows[:, None] < R)
+
+    _KERNELS = (split_kernel, combine_kernel)
+    return True
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None,
+                  scale: float, *, block_n: int = 64, target_programs: int = 2048) -> torch.Tensor:
+    """Split-KV flash decoding. q [B, Hkv, R, D] (contiguous), key/value [B, Hkv, S, D] (last dim contiguous),
+    keep [B, S] bool (True = attend; None = all) -> [B, Hkv, R, D] in q's dtype.
+
+    Each program takes the R query rows of one (batch, KV head) over ``chunk`` cache slots, skipping blocks of
+    ``block_n`` slots with no True in ``keep``; a second kernel merges the splits by their log-sum-exp.
+    """
+    if _KERNELS is None and not load_triton_kernels():
+        raise RuntimeError("the triton decode attention needs the triton package")
+    split_kernel, combine_kernel = _KERNELS
+    b, hkv, r, d = q.shape
+    s = key.shape[2]
+    bh = b * hkv
+    rp = max(16, _next_pow2(r))  # tl.dot needs at least 16 rows
+    n_blocks = -(-s // block_n)
+    n_split = max(1, min(n_blocks, -(-target_programs // bh)))
+    chunk = -(-n_blocks // n_split) * block_n
+    n_split = -(-s // chunk)
+    o = torch.empty((bh, n_split, rp, d), device=q.device, dtype=torch.float32)
+    lse = torch.empty((bh, n_split, rp), device=q.device, dtype=torch.float32)
+    out = torch.empty_like(q)
+    mask = keep if keep is not None else key.new_empty((1, 1), dtype=torch.bool)
+    split_kernel[(bh, n_split)](
+        q, key, value, mask, o, lse, s, n_split, chunk // block_n, scale,
+        key.stride(0), key.stride(1), key.stride(2), value.stride(0), value.stride(1), value.stride(2),
+        mask.stride(0), mask.stride(1),
+        HKV=hkv, R=r, RP=rp, D=d, BLOCK_N=block_n, HAS_MASK=keep is not None,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 models: no TF32 rounding
+    )
+    combine_kernel[(bh,)](o, lse, out, n_split, R=r, RP=rp, D=d, SPLIT_P=max(2, _next_pow2(n_split)))
+    return out
+
+
+def triton_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """``"triton"``: :func:`triton_decode` for decoding steps on CUDA with a bool (or no) mask and a power-of-two
+    head dim; :func:`grouped_attention` otherwise. Returns ([B, 1, H, D], None)."""
+    d = query.shape[-1]
+    usable = (
+        _decoding(module, query, dropout, kwargs)
+        and query.is_cuda
+        and (attention_mask is None or attention_mask.dtype == torch.bool)
+        and d == _next_pow2(d) and d >= 16
+        and key.stride(-1) == 1 and value.stride(-1) == 1
+        and _KERNELS is not None
+    )
+    if not usable:
+        return grouped_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    b, h, _, _ = query.shape
+    hkv, s = key.shape[1], key.shape[2]
+    q = query.reshape(b, hkv, h // hkv, d).contiguous()
+    keep = None if attention_mask is None else attention_mask[:, 0, 0, :s]  # [B, S]
+    out = triton_decode(q, key, value, keep, scaling if scaling is not None else d**-0.5)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
+_FUNCTIONS = {"grouped": grouped_attention, "grouped_sdpa": grouped_sdpa_attention, "triton": triton_attention}
+
+
+def register(implementation: str) -> str:
+    """Register ``implementation`` with transformers' attention and mask interfaces; returns its name there.
+
+    The mask is built as for sdpa (a [B, 1, Q, S] bool mask, or None when sdpa could rely on is_causal).
+    """
+    if implementation not in _FUNCTIONS:
+        raise ValueError(f"unknown decode attention {implementation!r}; expected one of {IMPLEMENTATIONS}")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    if implementation == "triton":
+        load_triton_kernels()  # without triton, triton_attention falls back to grouped_attention
+    name = f"kevin_{implementation}_decode"
+    AttentionInterface.register(name, _FUNCTIONS[implementation])
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
