@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--slots", type=int, default=3072)
     p.add_argument("--valid", type=int, default=2560)
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--sweep", action="store_true", help="also time the Triton kernel over launch configurations")
     p.add_argument("--out", default="/tmp/decode_attention")
     a = p.parse_args()
 
@@ -53,6 +54,17 @@ def main() -> None:
         "grouped_sdpa": lambda: attention.grouped_sdpa_attention(module, q, k, v, keep, scaling=d**-0.5)[0],
         "triton": lambda: attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5)[0],
     }
+    if a.sweep:
+        qg = q.reshape(b, hkv, h // hkv, d).contiguous()
+        keep2 = keep[:, 0, 0, :]
+        for block_n in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (1, 2, 3, 4):
+                    for skip in (True, False):
+                        impls[f"triton_n{block_n}_w{warps}_s{stages}_{'skip' if skip else 'noskip'}"] = (
+                            lambda bn=block_n, w=warps, st=stages, sk=skip: attention.triton_decode(
+                                qg, k, v, keep2, d**-0.5, block_n=bn, num_warps=w, num_stages=st, skip=sk
+                            ).reshape(b, h, 1, d).transpose(1, 2))
     ref = impls["grouped"]().float()
     bytes_read = 2 * b * hkv * a.valid * d * 2
     rows = {}

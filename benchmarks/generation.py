@@ -155,6 +155,10 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         sync(); dt = time.perf_counter() - t
         generated = sum(len(g.token_ids) for g in gens)
         lps = [x for g in gens for x in g.logprobs]
+        if extra.get("decode_attention") == "triton":
+            from kevin.core import attention
+
+            out["triton_config"] = dict(attention.TRITON_CONFIG)
         out.update(warmup_s=warm, seconds=round(dt, 2), generated_tokens=generated,
                    tokens_per_s=round(generated / dt, 1), complete=generated == n * new,
                    mean_logprob=round(sum(lps) / len(lps), 3),
@@ -202,12 +206,18 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--cap-s", type=float, default=240.0, help="time cap of one variant")
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget of this whole invocation")
+    p.add_argument("--triton-config", default=None,
+                   help="JSON keyword arguments of kevin.core.attention.triton_decode for decode_attention=triton")
     p.add_argument("--out", default="benchmarks/results/out")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     n, plen, new = (args.prompts or DEFAULTS[args.shape][0], args.prompt_len or DEFAULTS[args.shape][1],
                     args.new_tokens or DEFAULTS[args.shape][2])
 
+    if args.triton_config:
+        from kevin.core import attention
+
+        attention.TRITON_CONFIG.update(json.loads(args.triton_config))
     if args.worker:  # child: run one variant, print one JSON line
         warmup = 1 if args.worker.startswith("policy:static") else 0  # generate_batch warms up inside every call
         res = run_variant(args.worker, args.shape, args.device, n, plen, new, args.cap_s, warmup, args.batch_size)
@@ -228,6 +238,8 @@ def main() -> None:
                    "--prompts", str(n), "--prompt-len", str(plen), "--new-tokens", str(new), "--cap-s", str(cap)]
             if args.batch_size:
                 cmd += ["--batch-size", str(args.batch_size)]
+            if args.triton_config:
+                cmd += ["--triton-config", args.triton_config]
             print(f"[{time.perf_counter() - start:6.1f}s] {variant} (cap {cap:.0f}s): {' '.join(cmd)}", flush=True)
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap,

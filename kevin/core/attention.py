@@ -115,6 +115,9 @@ def grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
 
 
 _KERNELS: tuple | None = None  # (split_kernel, combine_kernel) once `load_triton_kernels` succeeded
+# Launch settings of `triton_attention` (keyword arguments of `triton_decode`); benchmarks/decode_attention.py
+# --sweep times the alternatives.
+TRITON_CONFIG: dict[str, Any] = {"block_n": 64, "num_warps": 4, "num_stages": 2, "skip": True}
 
 
 def load_triton_kernels() -> bool:
@@ -136,7 +139,7 @@ def load_triton_kernels() -> bool:
     def split_kernel(Q, K, V, MASK, O, LSE, S, n_split, n_iter, scale,
                      stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_mb, stride_ms,
                      HKV: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, D: tl.constexpr,
-                     BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr):
+                     BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, SKIP: tl.constexpr):
         # program (b * HKV + g, split): the R query rows of KV head g over n_iter blocks of cache slots
         bh = tl.program_id(0)
         sp = tl.program_id(1)
@@ -155,13 +158,16 @@ def load_triton_kernels() -> bool:
             keep = offs < S
             if HAS_MASK:
                 keep = keep & (tl.load(MASK + b * stride_mb + offs * stride_ms, mask=offs < S, other=0) != 0)
-            if tl.max(keep.to(tl.int32), axis=0) > 0:  # skip blocks no query may attend to
+            # Masked-off slots are never loaded (predicated loads); SKIP also skips a block's arithmetic when
+            # none of its slots is kept, at the price of a branch in the loop (which hinders pipelining).
+            if (not SKIP) or tl.max(keep.to(tl.int32), axis=0) > 0:
                 k = tl.load(k_base + offs[:, None] * stride_ks + cols[None, :], mask=keep[:, None], other=0.0)
-                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [RP, BLOCK_N] fp32
+                s = (tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale).to(tl.float32)  # [RP, BLOCK_N]
                 s = tl.where(keep[None, :], s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
-                alpha = tl.exp(m_i - m_new)
-                p = tl.exp(s - m_new[:, None])
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block with nothing kept yet
+                alpha = tl.exp(m_i - m_safe)
+                p = tl.exp(s - m_safe[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 v = tl.load(v_base + offs[:, None] * stride_vs + cols[None, :], mask=keep[:, None], other=0.0)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -204,7 +210,8 @@ def _next_pow2(n: int) -> int:
 
 
 def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None,
-                  scale: float, *, block_n: int = 64, target_programs: int = 2048) -> torch.Tensor:
+                  scale: float, *, block_n: int = 64, target_programs: int = 2048, num_warps: int = 4,
+                  num_stages: int = 2, skip: bool = True) -> torch.Tensor:
     """Split-KV flash decoding. q [B, Hkv, R, D] (contiguous), key/value [B, Hkv, S, D] (last dim contiguous),
     keep [B, S] bool (True = attend; None = all) -> [B, Hkv, R, D] in q's dtype.
 
@@ -232,6 +239,7 @@ def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep:
         mask.stride(0), mask.stride(1),
         HKV=hkv, R=r, RP=rp, D=d, BLOCK_N=block_n, HAS_MASK=keep is not None,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 models: no TF32 rounding
+        SKIP=skip, num_warps=num_warps, num_stages=num_stages,
     )
     combine_kernel[(bh,)](o, lse, out, n_split, R=r, RP=rp, D=d, SPLIT_P=max(2, _next_pow2(n_split)))
     return out
@@ -255,7 +263,7 @@ def triton_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     hkv, s = key.shape[1], key.shape[2]
     q = query.reshape(b, hkv, h // hkv, d).contiguous()
     keep = None if attention_mask is None else attention_mask[:, 0, 0, :s]  # [B, S]
-    out = triton_decode(q, key, value, keep, scaling if scaling is not None else d**-0.5)
+    out = triton_decode(q, key, value, keep, scaling if scaling is not None else d**-0.5, **TRITON_CONFIG)
     return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
 
 

@@ -44,8 +44,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   ``torch._C._DisableTorchDispatch()`` cannot switch off; the profiler also watches the rechecked timed
   calls (a forward can tell the correctness calls by their NaN-filled allocations, and delegate later), and
   a check of the built library: its undefined symbols (``nm -D``) must name no ATen operator outside that
-  allow-list, and, on the CPU backend, no libc function for files, memory mapping, signals, processes,
-  threads, dynamic loading or system calls, however the source spelled the call (`._symbols`). A6
+  allow-list, and no libc function for files, memory mapping, signals, processes, threads, dynamic
+  loading or system calls, however the source spelled the call (`._symbols`; on CUDA ``open`` and
+  ``syscall`` are exempt: every honest CUDA extension built on the H200 imports them). A6
   (torch.compile, CUDA graphs): static layer only.
 - B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
   scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
@@ -120,7 +121,7 @@ Not defended, and why:
   load-time constructors, digraphs, operator registration), but a new spelling could pass it. The
   built-library check closes that for ATen operators and libc imports; it cannot judge Python C-API
   use (pybind11's binding code imports it in every extension), inline ``syscall`` instructions, or, on
-  CUDA until a GPU run confirms honest extensions import none of them, libc functions.
+  CUDA, ``open`` and ``syscall`` (imported by honest builds there; the text scan still bans them).
 - The NaN fill of fresh allocations is on during the correctness calls and off while timing (it would be
   timed as the candidate's work), so a candidate can tell the phases apart; the timed calls' outputs are
   still checked by the rechecks, and ATen delegation in timed calls is seen on the rechecked calls (the

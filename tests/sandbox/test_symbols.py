@@ -1,0 +1,35 @@
+"""kevin.sandbox._symbols: what a built extension may import (its undefined dynamic symbols)."""
+
+from kevin.sandbox import _symbols
+
+
+def _judge(monkeypatch, symbols, backend):
+    monkeypatch.setattr(_symbols, "undefined_symbols", lambda path: list(symbols))
+    return _symbols.violations(["/x/ext.so"], backend=backend)
+
+
+def test_cpu_extension_importing_open_is_rejected(monkeypatch):
+    found, checked = _judge(monkeypatch, ["memcpy", "open"], "cpu")
+    assert checked and found == ["the built extension ext.so imports open (files, memory mapping, signals, "
+                                 "processes and system calls are not allowed)"]
+
+
+def test_cuda_extension_importing_mmap_is_rejected(monkeypatch):
+    found, _ = _judge(monkeypatch, ["__cudaLaunchKernel", "mmap"], "cuda")
+    assert len(found) == 1 and "imports mmap" in found[0]
+
+
+def test_cuda_extension_importing_what_honest_h200_builds_import_passes(monkeypatch):
+    # open and syscall: imported by every honest CUDA extension built on the H200 image
+    found, checked = _judge(monkeypatch, ["open", "syscall", "ioctl", "__cudaLaunchKernel", "malloc"], "cuda")
+    assert checked and found == []
+
+
+def test_extension_calling_an_aten_compute_op_is_rejected(monkeypatch):
+    found, _ = _judge(monkeypatch, ["at::_ops::addmm::call(at::Tensor const&)"], "cuda")
+    assert found and "aten.addmm" in found[0]
+
+
+def test_missing_nm_reports_unchecked(monkeypatch):
+    monkeypatch.setattr(_symbols, "undefined_symbols", lambda path: None)
+    assert _symbols.violations(["/x/ext.so"], backend="cpu") == ([], False)
