@@ -115,9 +115,10 @@ def grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
 
 
 _KERNELS: tuple | None = None  # (split_kernel, combine_kernel) once `load_triton_kernels` succeeded
-# Launch settings of `triton_attention` (keyword arguments of `triton_decode`); benchmarks/decode_attention.py
-# --sweep times the alternatives.
-TRITON_CONFIG: dict[str, Any] = {"block_n": 64, "num_warps": 4, "num_stages": 2, "skip": True}
+# Launch settings of `triton_attention` (keyword arguments of `triton_decode`): the fastest of the 48 that
+# `benchmarks/decode_attention.py --sweep` timed on an H200 at the 7B decoding shape (0.194 ms per layer, 3.46 TB/s
+# of K and V; benchmarks/results/generation_h200.md, run 6).
+TRITON_CONFIG: dict[str, Any] = {"block_n": 128, "num_warps": 4, "num_stages": 2, "skip": False}
 
 
 def load_triton_kernels() -> bool:

@@ -208,7 +208,8 @@ class TransformersPolicy:
         decode_attention: in mode "static", the attention an ``sdpa`` model decodes with, one of
             ``kevin.core.attention.IMPLEMENTATIONS`` (see that module; all compute the same function up to
             rounding), or None to keep transformers' sdpa, which copies the KV cache once per query head at
-            every step.
+            every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B decoding step
+            against 15.3 for ``"grouped"``); it is ``"grouped"`` wherever Triton or CUDA is missing.
 
     Every response carries its sampling log-probs (see the module docstring for their exact meaning).
     """
@@ -228,7 +229,7 @@ class TransformersPolicy:
         generate_kwargs: dict[str, Any] | None = None,
         cache_bucket: int = 1024,
         continuous_batching_config: Any = None,
-        decode_attention: str | None = "grouped",
+        decode_attention: str | None = "triton",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")

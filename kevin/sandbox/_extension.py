@@ -8,6 +8,11 @@ imported, `install` replaces ``load_inline`` by a wrapper that sets ``build_dire
 
 so one source is compiled once and every later candidate with the same extension loads it in a fraction
 of a second, whatever its Python code around it.
+
+It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_extension_header`): load_inline
+already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
+and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
+about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -24,6 +30,23 @@ KEY_ARGS = (
     "extra_sycl_cflags", "extra_ldflags", "extra_include_paths", "with_cuda", "with_sycl", "is_python_module",
     "with_pytorch_error_handling", "use_pch", "no_implicit_headers",
 )
+
+
+_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"][^\n]*$', re.M)
+
+
+def drop_extension_header(sources: Any) -> Any:
+    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` line dropped.
+
+    >>> drop_extension_header(["#include <torch/extension.h>\\n__global__ void k() {}"])
+    ['// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)\\n__global__ void k() {}']
+    """
+    note = "// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)"
+    if isinstance(sources, str):
+        return _EXTENSION_H.sub(note, sources)
+    if isinstance(sources, (list, tuple)):
+        return [_EXTENSION_H.sub(note, x) if isinstance(x, str) else x for x in sources]
+    return sources
 
 
 def build_key(arguments: dict[str, Any], backend: str) -> str:
@@ -51,6 +74,8 @@ def install(ext_root: str, backend: str, on_build: Any = None) -> None:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments = dict(bound.arguments)
+        if backend == "cuda" and arguments.get("cuda_sources") and not arguments.get("no_implicit_headers"):
+            arguments["cuda_sources"] = drop_extension_header(arguments["cuda_sources"])
         build_dir = os.path.join(ext_root, build_key(arguments, backend))
         os.makedirs(build_dir, exist_ok=True)
         arguments["build_directory"] = build_dir
