@@ -153,6 +153,7 @@ class Sandbox:
         self._zygote_failed = False
         self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
         self._golden = _GoldenCache(self.config.max_golden_tasks)
+        self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
         self._baselines: dict[str, float] = {}  # baseline key -> ms, first timing of this Sandbox (never from disk)
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
@@ -204,6 +205,7 @@ class Sandbox:
             with self._live:
                 max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
                 slot = self._devices.assign()
+                self._prefetch_golden(task_src, slot)
                 with self._compile_slots:
                     zygote = self._get_zygote()
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
@@ -239,6 +241,35 @@ class Sandbox:
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
             return EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this kernel.",
                               details={"internal_error": traceback.format_exc()[-4000:]})
+
+    def _prefetch_golden(self, task_src: str, slot: Any) -> None:
+        """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.
+
+        The GPU is idle during compilation; without this the first judging of every new task waited ~10 s for
+        the golden process under the device lock. It holds that lock as the judging does, so it never overlaps
+        a timing. A failure is left for the judging, which computes the entry again and reports it. The CPU
+        backend does not prefetch: its baseline would be timed while compilers load the cores.
+        """
+        key = _resolve.sha256(task_src)
+        if self.backend != "cuda":
+            return
+        with self._lock:
+            if key in self._prefetching or self._golden.peek(key) is not None:
+                return
+            self._prefetching.add(key)
+
+        def work() -> None:
+            try:
+                with self._devices.locks[slot]:
+                    self._golden.acquire(key, lambda: self._compute_golden(task_src, slot))
+                    self._golden.release(key)
+            except Exception:  # noqa: BLE001 - the judging recomputes and reports
+                pass
+            finally:
+                with self._lock:
+                    self._prefetching.discard(key)
+
+        threading.Thread(target=work, name="kevin-golden-prefetch", daemon=True).start()
 
     def _get_zygote(self) -> _process.Zygote | None:
         """The fork server, started on first use (None when disabled or when it cannot start)."""

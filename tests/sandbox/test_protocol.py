@@ -151,3 +151,34 @@ def test_golden_outputs_reach_the_parent_without_ever_being_written_to_disk(tmp_
     assert torch.equal(g.outputs["set0.out0"], torch.relu(g.outputs["set0.out0"]))  # a ReLU output: no negatives
     files = sorted(p.name for p in tmp_path.rglob("*.safetensors"))
     assert files == ["inputs.safetensors"]
+
+
+def test_golden_data_is_prefetched_once_per_task_while_candidates_compile(tmp_path):
+    import threading
+    import time as _time
+
+    from kevin.sandbox import _golden_run
+
+    sb = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path), seed=1))
+    sb.backend = "cuda"  # prefetching is CUDA-only; the golden computation itself is replaced below
+    calls = []
+    done = threading.Event()
+
+    def compute(task_src, slot):
+        calls.append(slot)
+        _time.sleep(0.2)  # the second prefetch arrives while the first is still computing
+        done.set()
+        return _golden_run.Golden(key="k")
+
+    sb._compute_golden = compute
+    sb._prefetch_golden(RELU_TASK.source_for("cpu"), "cpu")
+    sb._prefetch_golden(RELU_TASK.source_for("cpu"), "cpu")
+    assert done.wait(10)
+    for _ in range(100):
+        if not sb._prefetching:
+            break
+        _time.sleep(0.05)
+    assert calls == ["cpu"] and sb._prefetching == set()
+    from kevin.sandbox._resolve import sha256
+
+    assert sb._golden.peek(sha256(RELU_TASK.source_for("cpu"))) is not None
