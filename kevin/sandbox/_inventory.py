@@ -49,10 +49,7 @@ class ProfiledOps:
     """The same inventory seen by the profiler (``RecordFunction``), which a forward cannot switch off from
     Python: ``torch._C._DisableTorchDispatch()`` hides ops from a dispatch mode, not from the profiler (a
     red-team candidate delegated to ``torch.addmm`` that way). Only top-level ATen ops count (the ones the
-    candidate called; an allowed op's own internals are not the candidate's choice).
-
-    It is the legacy profiler: the same ``RecordFunction`` observer without Kineto, whose start-up (CUPTI in a
-    CUDA process) and event post-processing cost more per evaluation than the forward being watched."""
+    candidate called; an allowed op's own internals are not the candidate's choice)."""
 
     def __init__(self) -> None:
         self.ops: dict[str, int] = {}
@@ -61,11 +58,7 @@ class ProfiledOps:
     def __enter__(self) -> "ProfiledOps":
         import torch
 
-        try:
-            from torch.autograd.profiler_legacy import profile
-        except ImportError:  # pragma: no cover - a torch without the legacy profiler
-            profile = torch.autograd.profiler.profile
-        self._prof = profile()
+        self._prof = torch.autograd.profiler.profile()
         self._prof.__enter__()
         return self
 
