@@ -12,10 +12,11 @@ for one query token (``query [B, H, 1, D]``, ``key, value [B, Hkv, S, D]``, ``ma
   matmul against that head; transformers' eager arithmetic (scores in the model dtype, softmax in fp32).
 - ``"grouped_sdpa"`` (:func:`grouped_sdpa_attention`): the same stacking handed to
   ``F.scaled_dot_product_attention`` as ``R`` query rows, so a fused kernel never writes the scores.
-- ``"triton"`` (:func:`triton_attention`): a split-KV flash-decoding kernel that skips every block of ``BLOCK_N``
-  cache slots whose mask is all False (left padding, and the cache slots past the current position, which
-  a static cache of ``S`` slots holds until the end of generation); scores and softmax in fp32. CUDA only;
-  elsewhere it falls back to ``"grouped"``.
+- ``"triton"`` (:func:`triton_attention`): a split-KV flash-decoding kernel that never loads a masked cache
+  slot (left padding, and the slots past the current position, which a static cache of ``S`` slots holds
+  until the end of generation); scores and softmax in fp32. CUDA only; elsewhere it falls back to
+  ``"grouped"``. Measured on an H200 at the 7B decoding shape: 0.194 ms per layer against 0.358 (grouped),
+  0.275 (grouped_sdpa) and 6.83 (transformers' sdpa) (``benchmarks/results/generation_h200.md``).
 
 transformers' own ``sdpa`` cannot use grouped-query attention with a mask, so it copies K and V ``R`` times
 per layer and step: for a static cache that copy dominates decoding. Every function here sends forwards of
@@ -23,7 +24,7 @@ more than one query token (prefill, training) to transformers' sdpa, after dropp
 query may attend to (:func:`prefill_attention`).
 
 Like ``policy.py``, this module imports ``transformers`` (and ``triton`` for ``"triton"``) lazily, inside the
-functions that need them.
+functions that need them; unlike the pure core, it is plumbing for the policy backend.
 """
 
 from __future__ import annotations
