@@ -250,9 +250,9 @@ class Sandbox:
         a timing. A failure is left for the judging, which computes the entry again and reports it. The CPU
         backend does not prefetch: its baseline would be timed while compilers load the cores.
         """
-        key = _resolve.sha256(task_src)
         if self.backend != "cuda":
             return
+        key = _resolve.sha256(task_src)
         with self._lock:
             if key in self._prefetching or self._golden.peek(key) is not None:
                 return
