@@ -141,6 +141,13 @@ Not defended, and why:
   again an OS sandbox.
 - ``measure_speed=False`` skips the timed calls and therefore the rechecks: first-N-calls hacks (C5)
   then pass; keep timing on for rewards.
+- Interference with other candidates on the same GPU. Candidates of one device run their correctness sets
+  at the same time (``parallel_checks``; a timing always has its device alone, `DeviceGate`), so one
+  candidate's memory use can make another's correctness run fail with out-of-memory, and GPU work a candidate
+  leaves running after its report (kernels queued without waiting for them) can overlap the next timing
+  on its device. Neither raises the candidate's own verdict; both can lower a sibling's, which in a group
+  baseline raises the offender's advantage. The static layer forbids extra streams and threads;
+  ``parallel_checks=False`` removes the first (one candidate per device at a time).
 - Background work that finishes before the output is copied (a native thread, a CUDA stream outside
   the device) is caught only through the thread count, the static layer and the device-wide synchronize.
 

@@ -8,19 +8,21 @@ the worker's lines arrive), and the final status. A missing message, a malformed
 run whose outputs match.
 
 Life of a `CandidateRun`: spawn (bound to one GPU) -> ``imported`` within the compile timeout (this is the
-compile stage: the module's ``load_inline`` builds) -> ``go`` with the task's inputs once the device is free ->
-``outputs`` -> compare -> ``time`` -> ``report`` -> recheck, wall-clock check -> verdict.
+compile stage: the module's ``load_inline`` builds) -> ``go`` with the task's inputs once the device admits
+correctness runs -> ``outputs`` -> compare -> ``time`` once the device is free of all other work -> ``report``
+-> recheck, wall-clock check -> verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 from . import _golden_run, _process, _symbols, compare, feedback
 from .config import SandboxConfig
@@ -167,9 +169,16 @@ class CandidateRun:
                     pass
 
     # ---------------------------------------------------------------- stage 2: run and decide
-    def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None) -> EvalResult:
+    def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None,
+              checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+              timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> EvalResult:
+        """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
+
+        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
+        """
         config = self.config
-        t_go = time.monotonic()
+        marks: dict[str, float] = {}
+        self.details["marks"] = marks
         inputs = os.path.join(self.scratch, "inputs.safetensors")
         shutil.copyfile(golden.inputs_path, inputs)
         spec = {
@@ -179,10 +188,12 @@ class CandidateRun:
             "init_inputs": golden.meta["init_inputs"], "init_seed": golden.meta["init_seed"],
         }
         self.details["set_names"] = list(golden.meta.get("set_names", []))
-        self.worker.send("go " + json.dumps(spec))
-        deadline = time.monotonic() + config.run_timeout_s
-
-        msg = self.worker.wait_for(("outputs",), deadline)
+        with checks():
+            t_go = marks["checks"] = time.monotonic()
+            self.worker.send("go " + json.dumps(spec))
+            deadline = time.monotonic() + config.run_timeout_s
+            msg = self.worker.wait_for(("outputs",), deadline)
+            marks["checked"] = time.monotonic()
         if msg is None or msg.event != "outputs":
             return self._crash(msg, deadline, config.run_timeout_s)
         self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
@@ -206,11 +217,16 @@ class CandidateRun:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        self.worker.send("time")
-        msg = self.worker.wait_for(("report",), deadline)
+        marks["compared"] = time.monotonic()
+        with timing():
+            t_time = marks["timing"] = time.monotonic()
+            self.worker.send("time")
+            deadline = time.monotonic() + config.run_timeout_s
+            msg = self.worker.wait_for(("report",), deadline)
+            marks["timed"] = time.monotonic()
         if msg is None or msg.event != "report":
             return self._crash(msg, deadline, config.run_timeout_s)
-        self.details["run_seconds"] = round(time.monotonic() - t_go, 3)
+        self.details["run_seconds"] = round(marks["checked"] - t_go + marks["timed"] - t_time, 3)
 
         def bad(reason: str) -> EvalResult:
             return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,

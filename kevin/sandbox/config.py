@@ -63,6 +63,9 @@ class SandboxConfig:
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))
     """compile processes running at once in `Sandbox.evaluate_many`"""
+    parallel_checks: bool = True
+    """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
+    alone on their device. False = one candidate on a device at a time, from its first input to its verdict"""
     cache_dir: str | None = None
     """compiled extensions (and baseline timings, written as a record, never read back); None = `default_cache_dir()`"""
     seed: int | None = None

@@ -6,8 +6,9 @@ Throughput: `Sandbox.evaluate_many` gives every job a thread. Each candidate get
 fork of a torch-loaded zygote, or a new interpreter with ``prefork=False``), bound to one device at start; the
 compile stage is that process importing the candidate module, whose ``load_inline`` builds land in a
 content-addressed cache (an extension is built once, whatever Python surrounds it). At most
-``config.workers`` processes are in the compile stage at once; then each waits for its device, which runs
-one golden or candidate process at a time, so timings never overlap on a device. Golden data is computed
+``config.workers`` processes are in the compile stage at once; then each waits for its device's
+`DeviceGate`: candidates may run their correctness sets on a device together, but a golden process or a
+candidate's timing has the device alone, so a timing never overlaps other work on its device. Golden data is computed
 once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden process
 and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
 version); a copy is written to ``<cache>/baselines/`` as a record, and never read back: candidates run as
@@ -17,6 +18,7 @@ speedup of every later one (a red-team finding).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -28,7 +30,7 @@ import traceback
 import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import _golden_run, _judge, _process, _resolve, feedback
 from .config import SandboxConfig
@@ -112,16 +114,63 @@ class _GoldenCache:
                 shutil.rmtree(os.path.dirname(os.path.dirname(golden.inputs_path)), ignore_errors=True)
 
 
-class _DevicePool:
-    """One lock per device slot (GPU id, or "cpu"); `assign` spreads candidates round-robin at spawn time.
+class DeviceGate:
+    """One device's admission rule: correctness runs may share it, a timing has it alone.
 
-    A candidate's process is bound to its device when it starts (CUDA_VISIBLE_DEVICES cannot change once
-    CUDA is up), so it waits for that device's lock, never another's.
+    ``shared()`` is held while a candidate runs its correctness sets (untimed, so they may overlap each other);
+    ``exclusive()`` while a golden process times the baseline or a candidate is timed: it waits until no shared
+    holder is left, and while it waits no new shared holder is admitted (so timings are never starved).
+    With ``parallel_checks=False`` both are the same plain lock (one candidate on the device at a time).
     """
 
-    def __init__(self, slots: Sequence[Any]):
+    def __init__(self, parallel_checks: bool = True):
+        self.parallel_checks = parallel_checks
+        self._cond = threading.Condition()
+        self._shared = 0  # holders of shared()
+        self._exclusive = False  # exclusive() is held
+        self._waiting = 0  # callers waiting in exclusive()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        if not self.parallel_checks:
+            with self.exclusive():
+                yield
+            return
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class _DevicePool:
+    """One `DeviceGate` per device slot (GPU id, or "cpu"); `assign` spreads candidates round-robin at spawn time.
+
+    A candidate's process is bound to its device when it starts (CUDA_VISIBLE_DEVICES cannot change once
+    CUDA is up), so it waits for that device's gate, never another's.
+    """
+
+    def __init__(self, slots: Sequence[Any], parallel_checks: bool = True):
         self.slots = list(slots)
-        self.locks = {s: threading.Lock() for s in self.slots}
+        self.gates = {s: DeviceGate(parallel_checks) for s in self.slots}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -169,7 +218,7 @@ class Sandbox:
         else:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
-        self._devices = _DevicePool(slots)
+        self._devices = _DevicePool(slots, self.config.parallel_checks)
         # Candidate processes alive at once: the compiling ones plus a short queue per device.
         self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
 
@@ -202,12 +251,14 @@ class Sandbox:
                 if violations:
                     return EvalResult("format_error", feedback.format_error_feedback(violations),
                                       details={"violations": list(violations)})
+            marks = {"start": t0}
             with self._live:
                 max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
                 slot = self._devices.assign()
                 self._prefetch_golden(task_src, slot)
                 with self._compile_slots:
                     zygote = self._get_zygote()
+                    marks["spawned"] = time.monotonic()
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                               gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
                                               zygote=zygote)
@@ -219,23 +270,29 @@ class Sandbox:
                 try:
                     if failed is not None:
                         return failed
-                    with self._devices.locks[slot]:
-                        golden_key = _resolve.sha256(task_src)
-                        golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
-                        try:
-                            if golden.error is not None:
-                                return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                                    "the reference program itself failed in the sandbox; this task cannot be evaluated"),
-                                    details={"golden_error": golden.error})
-                            baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
-                            result = run.judge(golden, baseline_ms=baseline)
-                        finally:
-                            self._golden.release(golden_key)
+                    marks["compiled"] = time.monotonic()
+                    golden_key = _resolve.sha256(task_src)
+                    golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
+                    try:
+                        if golden.error is not None:
+                            return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                                "the reference program itself failed in the sandbox; this task cannot be evaluated"),
+                                details={"golden_error": golden.error})
+                        baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
+                        marks["golden"] = time.monotonic()
+                        gate = self._devices.gates[slot]
+                        result = run.judge(golden, baseline_ms=baseline, checks=gate.shared, timing=gate.exclusive)
+                    finally:
+                        self._golden.release(golden_key)
                 finally:
                     run.close()
             details = dict(result.details)
+            marks["done"] = time.monotonic()
+            marks.update(result.details.get("marks", {}))
+            details.pop("marks", None)
             details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot],
-                           forked=zygote is not None)
+                           forked=zygote is not None,
+                           timeline={k: round(v - t0, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
             return EvalResult(result.status, result.feedback, result.runtime_ms, result.baseline_ms,
                               result.max_abs_error, result.max_rel_error, details)
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
@@ -246,8 +303,8 @@ class Sandbox:
         """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.
 
         The GPU is idle during compilation; without this the first judging of every new task waited ~10 s for
-        the golden process under the device lock. It holds that lock as the judging does, so it never overlaps
-        a timing. A failure is left for the judging, which computes the entry again and reports it. The CPU
+        the golden process under the device gate. It holds the gate alone (`DeviceGate.exclusive`), so it never
+        overlaps a timing or a correctness run. A failure is left for the judging, which computes the entry again and reports it. The CPU
         backend does not prefetch: its baseline would be timed while compilers load the cores.
         """
         if self.backend != "cuda":
@@ -260,9 +317,8 @@ class Sandbox:
 
         def work() -> None:
             try:
-                with self._devices.locks[slot]:
-                    self._golden.acquire(key, lambda: self._compute_golden(task_src, slot))
-                    self._golden.release(key)
+                self._golden.acquire(key, lambda: self._compute_golden(task_src, slot))
+                self._golden.release(key)
             except Exception:  # noqa: BLE001 - the judging recomputes and reports
                 pass
             finally:
@@ -311,8 +367,9 @@ class Sandbox:
         summary = (golden.meta.get("baseline") if golden else None) or {}
         if summary.get("median_ms") is None:
             # Golden data came from a device of another name (or without timing): time it here now.
-            fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
-                                           seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
+            with self._devices.gates[slot].exclusive():
+                fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
+                                               seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
             summary = (fresh.meta.get("baseline") or {}) if fresh.error is None else {}
             if fresh.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
@@ -332,13 +389,14 @@ class Sandbox:
         return value
 
     def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
-        """Run the golden process for one task on ``slot`` (its lock held), timing the baseline unless known."""
+        """Run the golden process for one task on ``slot`` (holding its gate alone), timing the baseline unless known."""
         key = _resolve.sha256(task_src)[:16]
         need_baseline = self.config.measure_speed and self._baseline_key(task_src, slot) not in self._baselines
-        return _golden_run.run_golden(
-            [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
-            baseline_keys=frozenset({key}) if need_baseline else frozenset(),
-        )[key]
+        with self._devices.gates[slot].exclusive():
+            return _golden_run.run_golden(
+                [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
+                baseline_keys=frozenset({key}) if need_baseline else frozenset(),
+            )[key]
 
 
 _DEFAULT: dict[tuple[str, SandboxConfig], Sandbox] = {}

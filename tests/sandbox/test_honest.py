@@ -62,3 +62,10 @@ def test_the_fresh_interpreter_path_without_the_zygote_gives_the_same_verdicts(c
 
 def test_candidates_are_forked_from_the_zygote_by_default(warm_builds):
     assert warm_builds["relu"].details["forked"] is True
+
+
+def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
+    marks = warm_builds["relu"].details["timeline"]  # seconds since the candidate's pipeline started
+    order = ("start", "spawned", "compiled", "golden", "checks", "checked", "timing", "timed", "done")
+    assert [marks[k] for k in order] == sorted(marks[k] for k in order)
+    assert marks["timing"] >= marks["checked"]  # the timing began only after the correctness runs had ended

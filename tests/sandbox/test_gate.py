@@ -1,0 +1,76 @@
+"""`DeviceGate`: correctness runs share a device, a timing (or a golden process) has it alone."""
+
+import threading
+import time
+
+from kevin.sandbox.sandbox import DeviceGate
+
+
+def _enter(ctx, log, name, entered, release):
+    """A thread body: enter ``ctx``, log it, hold until ``release`` is set, log the exit."""
+    with ctx():
+        log.append(f"{name} in")
+        entered.set()
+        release.wait(10)
+        log.append(f"{name} out")
+
+
+def _start(ctx, log, name):
+    entered, release = threading.Event(), threading.Event()
+    t = threading.Thread(target=_enter, args=(ctx, log, name, entered, release), daemon=True)
+    t.start()
+    return t, entered, release
+
+
+def test_two_correctness_runs_hold_the_device_at_the_same_time():
+    gate, log = DeviceGate(), []
+    a, a_in, a_go = _start(gate.shared, log, "a")
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert a_in.wait(5) and b_in.wait(5)  # both inside before either leaves
+    a_go.set(), b_go.set()
+    a.join(5), b.join(5)
+    assert sorted(log[:2]) == ["a in", "b in"]
+
+
+def test_a_timing_waits_until_every_correctness_run_has_left():
+    gate, log = DeviceGate(), []
+    a, a_in, a_go = _start(gate.shared, log, "check")
+    assert a_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    assert not t_in.wait(0.3)  # blocked while the check holds the device
+    a_go.set()
+    assert t_in.wait(5)
+    t_go.set()
+    a.join(5), t.join(5)
+    assert log == ["check in", "check out", "timing in", "timing out"]
+
+
+def test_a_waiting_timing_keeps_new_correctness_runs_out():
+    gate, log = DeviceGate(), []
+    a, a_in, a_go = _start(gate.shared, log, "a")
+    assert a_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    time.sleep(0.2)  # the timing is now waiting for a
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert not b_in.wait(0.3)  # b may not slip in ahead of the waiting timing
+    a_go.set()
+    assert t_in.wait(5) and not b_in.is_set()
+    t_go.set()
+    assert b_in.wait(5)
+    b_go.set()
+    for th in (a, t, b):
+        th.join(5)
+    assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
+
+
+def test_without_parallel_checks_a_correctness_run_has_the_device_alone():
+    gate, log = DeviceGate(parallel_checks=False), []
+    a, a_in, a_go = _start(gate.shared, log, "a")
+    assert a_in.wait(5)
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert not b_in.wait(0.3)
+    a_go.set()
+    assert b_in.wait(5)
+    b_go.set()
+    a.join(5), b.join(5)
+    assert log == ["a in", "a out", "b in", "b out"]
