@@ -107,6 +107,8 @@ def main() -> None:
                     help="comma list of cold, warm, noise, dobench, many, one")
     ap.add_argument("--prefork", choices=("auto", "on", "off"), default="auto",
                     help="candidate processes forked from a zygote (auto: the config default)")
+    ap.add_argument("--parallel-checks", choices=("on", "off"), default="on",
+                    help="SandboxConfig.parallel_checks for the many/one phases")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +179,8 @@ def main() -> None:
     for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
         if label.split("_")[0] not in phases:
             continue
-        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork))
+        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork,
+                                           parallel_checks=args.parallel_checks == "on"))
         stamp = f"{label}-{time.time_ns()}"
         jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]
         t = time.monotonic()
@@ -189,6 +192,9 @@ def main() -> None:
             "candidates_per_second": round(n / wall, 4), "statuses": [r.status for r in rs],
             "compile_seconds": compile_s,
             "compile_seconds_median": statistics.median([c for c in compile_s if c is not None]) if any(compile_s) else None,
+            "parallel_checks": args.parallel_checks == "on",
+            # per candidate: seconds since its pipeline started (all start together) at each stage
+            "timelines": [r.details.get("timeline") for r in rs],
         }
         print(label, results[f"evaluate_many_{label}"], flush=True)
         write(out, results)

@@ -192,11 +192,12 @@ class TransformersPolicy:
             ``top_k=20``, a repetition penalty) are overridden to neutral values.
         mode: the generation engine.
             ``"generate"``: ``model.generate`` with the default dynamic cache, left padding, one batch.
-            ``"static"``: ``model.generate`` with a static KV cache whose size is rounded up to a multiple of
-            ``cache_bucket`` (so successive calls reuse one cache and one compiled graph); on CUDA,
-            transformers compiles the decoding forward (``torch.compile``, CUDA graphs). Batches are padded
-            to a multiple of 8 rows for the same reason (padding rows are dropped). An ``sdpa`` model decodes
-            with ``decode_attention`` for the duration of the call.
+            ``"static"``: our own sampling loop (:func:`kevin.core.decoding.sample_static`) over a static KV
+            cache whose size is rounded up to a multiple of ``cache_bucket`` (so successive calls reuse one
+            compiled graph); on CUDA the decoding forward is compiled (``torch.compile``, CUDA graphs) and the
+            host never waits for a step before queuing the next. Batches are padded to a multiple of 8 rows
+            for the same reason (padding rows are dropped). An ``sdpa`` model decodes with
+            ``decode_attention`` for the duration of the call. ``generate_kwargs`` do not apply.
             ``"continuous"``: ``model.generate_batch`` (continuous batching, paged KV cache).
             ``"auto"``: ``"static"`` when the model is on CUDA (the fastest exact path measured, see
             ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
@@ -355,20 +356,18 @@ class TransformersPolicy:
         )
 
     def _generate(self, prompts: list[list[int]], *, static: bool) -> list[tuple[list[int], list[float]]]:
-        """HF ``generate`` on one left-padded batch; returns per-row (generated ids, logprobs), padding kept."""
+        """One left-padded batch through our static-cache loop or HF ``generate``; per-row (ids, logprobs), padding kept."""
         import torch
         from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
         n_real = len(prompts)
         longest = max(len(p) for p in prompts)
-        extra: dict[str, Any] = {}
         attention = None
         if static:
             rows = round_up(n_real, 8)
             prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
-            extra = {"cache_implementation": "static", "max_cache_len": self._cache_len}
             if self.decode_attention and getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
                 from kevin.core.attention import register
 
@@ -378,6 +377,17 @@ class TransformersPolicy:
         input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]
         attention_mask = torch.tensor(mask, dtype=torch.long, device=device)  # [B, P]
 
+        if static:
+            from kevin.core.decoding import sample_static
+
+            with _attention_implementation(self.model, attention):
+                sampled = sample_static(
+                    self.model, input_ids, attention_mask, max_new_tokens=self.max_new_tokens,
+                    cache_length=self._cache_len, temperature=self.temperature, top_p=self.top_p,
+                    stop_token_ids=self.stop_token_ids,
+                )
+            return list(zip(sampled.tokens[:n_real].tolist(), sampled.logprobs[:n_real].tolist()))
+
         recorder = _logprob_recorder_class()()
         processors = []
         if self.temperature != 1.0:
@@ -386,11 +396,11 @@ class TransformersPolicy:
             processors.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
         processors.append(recorder)  # last: sees exactly the scores the token is drawn from
 
-        with torch.no_grad(), _attention_implementation(self.model, attention):
+        with torch.no_grad():
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                generation_config=self._generation_config(**extra),
+                generation_config=self._generation_config(),
                 logits_processor=LogitsProcessorList(processors),
                 **self.generate_kwargs,
             )

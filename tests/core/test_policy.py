@@ -156,12 +156,13 @@ def test_batch_size_splits_the_work_and_keeps_the_order(tok, model):
     assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in CONVERSATIONS]
 
 
-def test_a_peft_lora_model_generates_with_exact_logprobs(tok):
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_a_peft_lora_model_generates_with_exact_logprobs(tok, mode):
     peft = pytest.importorskip("peft")
     base = build_tiny_model(tok, seed=4)
     lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     lora.eval()
-    policy = TransformersPolicy(lora, tok, max_new_tokens=6, temperature=0.8, stop_token_ids=())
+    policy = TransformersPolicy(lora, tok, max_new_tokens=6, temperature=0.8, stop_token_ids=(), mode=mode)
     g = policy.generate(CONVERSATIONS[:2])[1]
     assert len(g.token_ids) == 6
     torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(lora, g, 0.8, 1.0), atol=1e-4, rtol=1e-4)

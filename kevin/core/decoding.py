@@ -1,0 +1,156 @@
+"""A sampling loop over a static KV cache: one prefill, then one compiled step per token, no host sync per step.
+
+``TransformersPolicy(mode="static")`` samples with :func:`sample_static`. Why not ``model.generate`` with a static
+cache: its loop asks the device every step whether all rows are done (``unfinished.max() == 0`` read on the
+host), so the host waits for each step to finish before it can queue the next; on an H200 a 7B decoding
+step then left the GPU idle for 2.6 of its 13.6 ms (``benchmarks/profile_decode.py``,
+``benchmarks/results/generation_h200.md``). Here the host queues steps ahead and looks at the stop flags every
+``check_every`` steps.
+
+The arithmetic, per row b (left-padded prompt of ``n_b`` real tokens in ``P`` columns, cache of ``S`` slots):
+
+    prefill:   slots 0..P-1 hold the prompt; positions p = cumsum(mask) - 1 (pads masked, position 1)
+    step t:    token x_t is written to slot P + t at position n_b + t; it attends to the real prompt slots and
+               slots P..P+t (causality by slot, padding by the [B, S] mask, which never changes)
+    sampling:  log pi = log_softmax(top_p(logits / temperature)); x = argmax_v (log pi_v - log E_v), E_v ~ Exp(1)
+
+The last line is exact categorical sampling (the minimum of exponential clocks E_v / pi_v is clock v with
+probability pi_v), the same draw ``torch.multinomial`` makes for one sample; ``top_p`` keeps the smallest set of
+tokens whose probability reaches ``top_p``, as transformers' ``TopPLogitsWarper`` does. The recorded log-prob is
+log pi of the drawn token under that final (tempered, truncated) distribution.
+
+Like ``policy.py``, this imports ``transformers`` lazily; ``torch`` is imported at module level.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """tokens [B, N] int64 and their sampling log-probs [B, N] float32 (N = max_new_tokens, or fewer when every
+    row stopped early; a row's tokens after its first stop token are filler, to be cut by the caller)."""
+
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+
+
+def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """scores [B, V] with every token outside the nucleus set to -inf.
+
+    Sorted ascending, a token is dropped when the probability mass up to and including it is <= 1 - top_p;
+    the most likely token is always kept. (Same rule as transformers' ``TopPLogitsWarper``.)
+    """
+    if top_p >= 1.0:
+        return scores
+    sorted_scores, order = torch.sort(scores, dim=-1, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - top_p)
+    drop_sorted[..., -1:] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return scores.masked_fill(drop, float("-inf"))
+
+
+def sample_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V] -> (tokens [B] int64, log pi(token) [B] float32); exact draws from the tempered nucleus.
+
+        log pi = log_softmax(top_p(logits / temperature));  token = argmax_v (log pi_v - log E_v),  E ~ Exp(1)
+    """
+    logp = torch.log_softmax(top_p_filter(logits.float() / temperature, top_p), dim=-1)  # [B, V]
+    clocks = torch.empty_like(logp).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
+    tokens = (logp - clocks.log()).argmax(dim=-1)  # [B]
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _cache_keyword(model: Any) -> str:
+    """The forward's name for the cache: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (older)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def new_static_cache(model: Any, length: int) -> Any:
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=length)
+
+
+def compiled_forward(model: Any) -> Callable[..., Any]:
+    """The model's ``__call__`` under ``torch.compile`` (mode "reduce-overhead": CUDA graphs), compiled once per model.
+
+    transformers keeps it on the model (``get_compiled_call``), so ``generate`` and this loop share one compile.
+    """
+    if hasattr(model, "get_compiled_call"):
+        return model.get_compiled_call(None)
+    return torch.compile(model.__call__, mode="reduce-overhead")
+
+
+@torch.no_grad()
+def sample_static(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    cache_length: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_token_ids: Sequence[int] = (),
+    compile: bool | None = None,
+    check_every: int = 16,
+) -> Sampled:
+    """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
+
+    input_ids, attention_mask [B, P] (1 = real token, 0 = left padding). ``compile`` (default: on CUDA) runs the
+    decoding step through :func:`compiled_forward`; the prefill always runs eagerly (its shape changes per call).
+    Stops early only when every row has produced a stop token (checked every ``check_every`` steps).
+    """
+    b, p = input_ids.shape
+    if p + max_new_tokens > cache_length:
+        raise ValueError(f"cache of {cache_length} slots is too short for {p} prompt + {max_new_tokens} new tokens")
+    device = input_ids.device
+    if compile is None:
+        compile = device.type == "cuda"
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: LoRA layers stay in
+    cache_kw = _cache_keyword(model)
+    cache = new_static_cache(model, cache_length)
+
+    mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
+    mask[:, :p] = attention_mask
+    positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)  # [B, P]
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1, **{cache_kw: cache})
+    logits = out.logits[:, -1]  # [B, V]
+    del out
+
+    step = compiled_forward(model) if compile else model
+    tokens = torch.empty(b, max_new_tokens, dtype=torch.long, device=device)
+    logprobs = torch.empty(b, max_new_tokens, dtype=torch.float32, device=device)
+    stop = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), dtype=torch.long, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
+    n = max_new_tokens
+    for t in range(max_new_tokens):
+        token, logprob = sample_logits(logits, temperature, top_p)
+        tokens[:, t] = token
+        logprobs[:, t] = logprob
+        if stop.numel():
+            done |= torch.isin(token, stop)
+            if (t + 1) % check_every == 0 and bool(done.all()):
+                n = t + 1
+                break
+        del logits  # a CUDA-graph output: the next replay overwrites it
+        if t + 1 == max_new_tokens:
+            break
+        if compile:
+            torch.compiler.cudagraph_mark_step_begin()
+        out = step(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
+                   logits_to_keep=1, **{cache_kw: cache})
+        logits = out.logits[:, -1]
+        del out
+        position = position + 1
+    return Sampled(tokens[:, :n], logprobs[:, :n])

@@ -1,0 +1,60 @@
+"""kevin.core.decoding: exact sampling from the tempered nucleus, and the static-cache loop's stopping."""
+
+import pytest
+import torch
+
+from kevin.core.decoding import sample_logits, sample_static, top_p_filter
+from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+
+
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_top_p():
+    # probs 0.5, 0.3, 0.15, 0.05; ascending cumulative mass 0.05, 0.20, 0.50, 1.00;
+    # drop where it is <= 1 - 0.75 = 0.25: the 0.05 and 0.15 tokens. Kept mass 0.8 >= 0.75.
+    scores = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    kept = torch.isfinite(top_p_filter(scores, 0.75))
+    assert kept.tolist() == [[True, True, False, False]]
+
+
+def test_top_p_always_keeps_the_most_likely_token():
+    scores = torch.tensor([[0.9, 0.1]]).log()  # cumulative ascending 0.1, 1.0; 1 - 0.01 = 0.99 drops only the 0.1
+    assert torch.isfinite(top_p_filter(scores, 0.01)).tolist() == [[True, False]]
+
+
+def test_sampled_frequencies_match_the_tempered_softmax():
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.0, 0.0]).repeat(200_000, 1)  # 200k independent rows
+    tokens, logprobs = sample_logits(logits, temperature=2.0, top_p=1.0)
+    # softmax([1.0, 0.5, 0.0]) = e^1, e^0.5, 1 over 2.718 + 1.649 + 1 = 5.367 -> 0.5065, 0.3072, 0.1863
+    expected = torch.tensor([0.5065, 0.3072, 0.1863])
+    freq = torch.bincount(tokens, minlength=3).float() / len(tokens)
+    assert torch.allclose(freq, expected, atol=0.005)  # binomial sd <= 0.0012 at n = 200k
+    torch.testing.assert_close(logprobs, expected.log()[tokens], atol=1e-3, rtol=0)
+
+
+def test_a_token_outside_the_nucleus_is_never_drawn():
+    torch.manual_seed(1)
+    logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log().repeat(50_000, 1)
+    tokens, logprobs = sample_logits(logits, temperature=1.0, top_p=0.75)
+    assert set(tokens.tolist()) == {0, 1}
+    # renormalised over the kept 0.8: 0.5 / 0.8 = 0.625, 0.3 / 0.8 = 0.375
+    torch.testing.assert_close(logprobs, torch.tensor([0.625, 0.375]).log()[tokens], atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = build_tiny_tokenizer()
+    return build_tiny_model(tok, seed=3).eval()
+
+
+def test_the_loop_stops_once_every_row_has_sampled_a_stop_token(tiny):
+    ids = torch.randint(1, 100, (2, 5))
+    mask = torch.ones_like(ids)
+    every_token = range(tiny.config.vocab_size)  # any first token stops its row
+    out = sample_static(tiny, ids, mask, max_new_tokens=20, cache_length=32, stop_token_ids=every_token, check_every=4)
+    assert out.tokens.shape == (2, 4)  # stopped at the first check, after 4 steps, not 20
+
+
+def test_a_cache_too_short_for_prompt_and_response_is_a_value_error(tiny):
+    ids = torch.ones(1, 10, dtype=torch.long)
+    with pytest.raises(ValueError, match="too short"):
+        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=8, cache_length=16)
