@@ -29,11 +29,29 @@ functions that need them; unlike the pure core, it is plumbing for the policy ba
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
 IMPLEMENTATIONS = ("grouped", "grouped_sdpa", "triton")
+_FRESH_PREFILL = False  # set by `fresh_prefill` (kevin.core.decoding) around a prefill into an empty cache
+
+
+@contextlib.contextmanager
+def fresh_prefill() -> Iterator[None]:
+    """Declare that forwards of several query tokens inside are prefills into an empty static cache.
+
+    Such a prefill writes slots 0..Q-1 and its queries sit at those slots, so no query may attend to a slot
+    from Q on (causality by slot): `prefill_attention` then cuts them without reading the mask, which keeps
+    the cut inside a compiled graph.
+    """
+    global _FRESH_PREFILL
+    saved, _FRESH_PREFILL = _FRESH_PREFILL, True
+    try:
+        yield
+    finally:
+        _FRESH_PREFILL = saved
 
 
 def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -45,12 +63,15 @@ def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     A left-padded prefill into an empty static cache of S > Q slots carries a mask over all S slots, so the
     fused kernel does S / Q times the work. When every slot from Q on is masked for every query (checked on
     the mask, so exact whatever the cache holds), those slots are cut: key[:, :, :Q], mask[..., :Q]. The check
-    reads the mask (a device sync), so it runs only outside ``torch.compile`` (transformers never compiles the
-    prefill).
+    reads the mask (a device sync), so it runs only outside ``torch.compile``; inside `fresh_prefill` the cut is
+    known to be exact and made without the check (compiled or not).
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q_len, s = query.shape[2], key.shape[2]
+    if _FRESH_PREFILL and s > q_len:
+        mask = attention_mask[..., :q_len] if attention_mask is not None and attention_mask.dim() == 4 else attention_mask
+        return sdpa_attention_forward(module, query, key[:, :, :q_len], value[:, :, :q_len], mask, **kwargs)
     if (
         attention_mask is not None
         and attention_mask.dtype == torch.bool

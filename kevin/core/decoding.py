@@ -1,4 +1,4 @@
-"""A sampling loop over a static KV cache: one prefill, then one compiled step per token, no host sync per step.
+"""A sampling loop over a static KV cache: one compiled prefill, then one compiled step per token, no host sync per step.
 
 ``TransformersPolicy(mode="static")`` samples with :func:`sample_static`. Why not ``model.generate`` with a static
 cache: its loop asks the device every step whether all rows are done (``unfinished.max() == 0`` read on the
@@ -67,16 +67,55 @@ def sample_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tup
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+_compiled_sampler: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
+def compiled_sampler() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """`sample_logits` under ``torch.compile``: its ~9 passes over the [B, V] logits fused into a few kernels."""
+    global _compiled_sampler
+    if _compiled_sampler is None:
+        _compiled_sampler = torch.compile(sample_logits, dynamic=False)
+    return _compiled_sampler
+
+
 def _cache_keyword(model: Any) -> str:
     """The forward's name for the cache: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (older)."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-def new_static_cache(model: Any, length: int) -> Any:
+def new_static_cache(model: Any, batch: int, length: int) -> Any:
+    """A transformers ``StaticCache`` of ``length`` slots for ``batch`` rows, allocated now on the model's device.
+
+    Allocated up front (not lazily at the first write) so that a compiled prefill only writes into it; keep it
+    and pass it to every `sample_static` call of that shape: new cache tensors would make the compiled
+    decoding step capture its CUDA graphs again.
+    """
     from transformers import StaticCache
 
-    return StaticCache(config=model.config, max_cache_len=length)
+    model = _unwrap(model)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    param = next(model.parameters())
+    cache = StaticCache(config=model.config, max_cache_len=length)
+    cache.early_initialization(batch, heads, head_dim, param.dtype, param.device)
+    return cache
+
+
+def _unwrap(model: Any) -> Any:
+    """The transformers model inside a peft wrapper (its LoRA layers included), else the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def compiled_prefill(model: Any) -> Callable[..., Any]:
+    """The model's ``__call__`` under ``torch.compile`` with dynamic shapes (no CUDA graphs), compiled once per
+    model: one graph for every batch size and prompt length. It fuses the prefill's norms, rotary embedding and
+    activations, which eagerly cost ~1.6 of a 6.8 s 7B prefill (``benchmarks/profile_decode.py``)."""
+    fn = model.__dict__.get("_kevin_compiled_prefill")
+    if fn is None:
+        fn = model.__dict__["_kevin_compiled_prefill"] = torch.compile(model.__call__, dynamic=True)
+    return fn
 
 
 def compiled_forward(model: Any) -> Callable[..., Any]:
@@ -100,34 +139,49 @@ def sample_static(
     temperature: float = 1.0,
     top_p: float = 1.0,
     stop_token_ids: Sequence[int] = (),
+    cache: Any = None,
     compile: bool | None = None,
+    compile_prefill: bool | None = None,
     check_every: int = 16,
 ) -> Sampled:
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
 
-    input_ids, attention_mask [B, P] (1 = real token, 0 = left padding). ``compile`` (default: on CUDA) runs the
-    decoding step through :func:`compiled_forward`; the prefill always runs eagerly (its shape changes per call).
-    Stops early only when every row has produced a stop token (checked every ``check_every`` steps).
+    input_ids, attention_mask [B, P] (1 = real token, 0 = left padding). ``cache``: a `new_static_cache` of
+    [B, cache_length] to reuse (reset here), or None for a new one. ``compile`` (default: on CUDA) runs the
+    decoding step through :func:`compiled_forward` and the sampling through :func:`compiled_sampler`,
+    ``compile_prefill`` (default: the same) the prefill through
+    :func:`compiled_prefill`. Stops early only when every row has produced a stop token (checked every
+    ``check_every`` steps).
     """
+    from kevin.core.attention import fresh_prefill
+
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
         raise ValueError(f"cache of {cache_length} slots is too short for {p} prompt + {max_new_tokens} new tokens")
     device = input_ids.device
     if compile is None:
         compile = device.type == "cuda"
-    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: LoRA layers stay in
+    if compile_prefill is None:
+        compile_prefill = compile
+    model = _unwrap(model)  # peft: the LoRA layers stay in the unwrapped model
     cache_kw = _cache_keyword(model)
-    cache = new_static_cache(model, cache_length)
+    if cache is None:
+        cache = new_static_cache(model, b, cache_length)
+    else:
+        cache.reset()
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)  # [B, P]
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                logits_to_keep=1, **{cache_kw: cache})
+    prefill = compiled_prefill(model) if compile_prefill else model
+    with fresh_prefill():
+        out = prefill(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=1, **{cache_kw: cache})
     logits = out.logits[:, -1]  # [B, V]
     del out
 
     step = compiled_forward(model) if compile else model
+    sample = compiled_sampler() if compile else sample_logits
     tokens = torch.empty(b, max_new_tokens, dtype=torch.long, device=device)
     logprobs = torch.empty(b, max_new_tokens, dtype=torch.float32, device=device)
     stop = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), dtype=torch.long, device=device)
@@ -135,7 +189,7 @@ def sample_static(
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
     n = max_new_tokens
     for t in range(max_new_tokens):
-        token, logprob = sample_logits(logits, temperature, top_p)
+        token, logprob = sample(logits, temperature, top_p)
         tokens[:, t] = token
         logprobs[:, t] = logprob
         if stop.numel():
