@@ -87,8 +87,8 @@ def _cache_keyword(model: Any) -> str:
 def new_static_cache(model: Any, batch: int, length: int) -> Any:
     """A transformers ``StaticCache`` of ``length`` slots for ``batch`` rows, allocated now on the model's device.
 
-    Allocated up front (not lazily at the first write) so that a compiled prefill only writes into it; keep it
-    and pass it to every `sample_static` call of that shape: new cache tensors would make the compiled
+    Allocated up front (not lazily at the first write) so that a compiled prefill only writes into it. Reuse
+    one cache for every call of a shape (`model_static_cache` does): new cache tensors would make the compiled
     decoding step capture its CUDA graphs again.
     """
     from transformers import StaticCache
@@ -101,6 +101,18 @@ def new_static_cache(model: Any, batch: int, length: int) -> Any:
     cache = StaticCache(config=model.config, max_cache_len=length)
     cache.early_initialization(batch, heads, head_dim, param.dtype, param.device)
     return cache
+
+
+def model_static_cache(model: Any, batch: int, length: int) -> Any:
+    """The model's own `new_static_cache` for this shape, kept on the model (one at a time, like transformers'
+    ``generate``), so every policy and call of one shape reuses the cache the decoding graphs were captured on."""
+    device = next(model.parameters()).device
+    key = (batch, length, str(device))
+    held = model.__dict__.get("_kevin_static_cache")
+    if held is None or held[0] != key:
+        model.__dict__["_kevin_static_cache"] = None  # free the old cache before allocating the new one
+        held = model.__dict__["_kevin_static_cache"] = (key, new_static_cache(model, batch, length))
+    return held[1]
 
 
 def _unwrap(model: Any) -> Any:
@@ -147,8 +159,8 @@ def sample_static(
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
 
     input_ids, attention_mask [B, P] (1 = real token, 0 = left padding). ``cache``: a `new_static_cache` of
-    [B, cache_length] to reuse (reset here), or None for a new one. ``compile`` (default: on CUDA) runs the
-    decoding step through :func:`compiled_forward` and the sampling through :func:`compiled_sampler`,
+    [B, cache_length] (reset here), or None for the model's own (`model_static_cache`). ``compile`` (default:
+    on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through :func:`compiled_sampler`,
     ``compile_prefill`` (default: the same) the prefill through
     :func:`compiled_prefill`. Stops early only when every row has produced a stop token (checked every
     ``check_every`` steps).
@@ -166,9 +178,8 @@ def sample_static(
     model = _unwrap(model)  # peft: the LoRA layers stay in the unwrapped model
     cache_kw = _cache_keyword(model)
     if cache is None:
-        cache = new_static_cache(model, b, cache_length)
-    else:
-        cache.reset()
+        cache = model_static_cache(model, b, cache_length)
+    cache.reset()
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask

@@ -267,7 +267,6 @@ class TransformersPolicy:
         # an id no token can have (the vocabulary size).
         self._never_id = int(getattr(getattr(model, "config", None), "vocab_size", 2**31 - 1))
         self._cache_len = 0  # static mode: the KV-cache length in use (only grows)
-        self._static_cache: tuple[tuple, Any] | None = None  # static mode: ((rows, length, device), StaticCache)
         self.compile_prefill = compile_prefill
 
     # -- protocol ------------------------------------------------------------------------------------------
@@ -385,18 +384,11 @@ class TransformersPolicy:
         if static:
             from kevin.core.decoding import sample_static
 
-            from kevin.core.decoding import new_static_cache
-
-            key = (len(prompts), self._cache_len, str(device))
-            if self._static_cache is None or self._static_cache[0] != key:  # one cache per shape, reused
-                self._static_cache = None
-                self._static_cache = (key, new_static_cache(self.model, len(prompts), self._cache_len))
             with _attention_implementation(self.model, attention):
                 sampled = sample_static(
                     self.model, input_ids, attention_mask, max_new_tokens=self.max_new_tokens,
                     cache_length=self._cache_len, temperature=self.temperature, top_p=self.top_p,
-                    stop_token_ids=self.stop_token_ids, cache=self._static_cache[1],
-                    compile_prefill=self.compile_prefill,
+                    stop_token_ids=self.stop_token_ids, compile_prefill=self.compile_prefill,
                 )
             return list(zip(sampled.tokens[:n_real].tolist(), sampled.logprobs[:n_real].tolist()))
 

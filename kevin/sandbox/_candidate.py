@@ -50,7 +50,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from . import _extension, _guards, _inventory, timing
+    from . import _extension, _guards, _inventory, _pch, timing
 
     warm_up_dispatch_mode()
     set_deterministic(True)
@@ -63,7 +63,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
     channel.send("import_begin")
-    _extension.install(job["ext_root"], backend, on_build=lambda path: channel.send("build_dir", path=path))
+    _extension.install(job["ext_root"], backend, on_build=lambda path: channel.send("build_dir", path=path),
+                       pch_root=_pch.root(os.path.dirname(job["ext_root"])))
     try:
         module = _extension.import_candidate(job["candidate"])
     except BaseException as exc:

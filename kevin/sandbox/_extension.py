@@ -13,6 +13,9 @@ It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_ex
 already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
 and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
 about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
+
+And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
+has built one for the flags of this call (``CPATH``; the build key and ninja command do not change).
 """
 
 from __future__ import annotations
@@ -59,13 +62,33 @@ def build_key(arguments: dict[str, Any], backend: str) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def install(ext_root: str, backend: str, on_build: Any = None) -> None:
+def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
+    """The ready PCH directory (:mod:`._pch`) for the flags this ``load_inline`` call gives main.cpp, or None."""
+    if pch_root is None:
+        return None
+    from . import _pch
+
+    sources = arguments.get("cuda_sources")
+    with_cuda = arguments.get("with_cuda")
+    try:
+        flags = _pch.main_cpp_flags(with_cuda=bool(sources) if with_cuda is None else bool(with_cuda),
+                                    extra_cflags=arguments.get("extra_cflags"),
+                                    extra_include_paths=arguments.get("extra_include_paths"))
+        return _pch.find(pch_root, flags)
+    except Exception:  # odd arguments or no CUDA toolkit: compile without it; torch reports real errors
+        return None
+
+
+def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None) -> None:
     """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
-    process it had to kill mid-build).
+    process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
+    (None: never use one).
     """
     import torch.utils.cpp_extension as ce
+
+    from . import _pch
 
     original = ce.load_inline
     signature = inspect.signature(original)
@@ -81,7 +104,8 @@ def install(ext_root: str, backend: str, on_build: Any = None) -> None:
         arguments["build_directory"] = build_dir
         if on_build is not None:
             on_build(build_dir)
-        return original(**arguments)
+        with _pch.search_first(main_cpp_pch(pch_root, arguments)):
+            return original(**arguments)
 
     load_inline.__doc__ = original.__doc__
     ce.load_inline = load_inline
