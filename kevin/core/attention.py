@@ -54,6 +54,32 @@ def fresh_prefill() -> Iterator[None]:
         _FRESH_PREFILL = saved
 
 
+@torch.library.custom_op("kevin::prefill_sdpa", mutates_args=())
+def prefill_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                 scale: float, groups: int) -> torch.Tensor:
+    """Causal sdpa of a prefill into an empty cache, as transformers' eager sdpa computes it; an opaque operator
+    for ``torch.compile``, so the compiled prefill passes it one bool mask instead of rewriting the mask into a
+    float bias per layer (which made a compiled 7B prefill's attention 3.6x slower on an H200).
+
+    query [B, H, Q, D]; key, value [B, Hkv, Q, D]; mask [B, 1, Q, Q] bool or None (causal) -> [B, Q, H, D].
+    """
+    import torch.nn.functional as F
+
+    if mask is None:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale, enable_gqa=groups > 1)
+    else:
+        if groups > 1:
+            key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).contiguous()
+
+
+@prefill_sdpa.register_fake
+def _(query, key, value, mask, scale, groups):
+    b, h, q, d = query.shape
+    return query.new_empty((b, q, h, d))
+
+
 def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' sdpa for forwards of several query tokens, with the never-attended cache tail dropped.
@@ -64,14 +90,18 @@ def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     fused kernel does S / Q times the work. When every slot from Q on is masked for every query (checked on
     the mask, so exact whatever the cache holds), those slots are cut: key[:, :, :Q], mask[..., :Q]. The check
     reads the mask (a device sync), so it runs only outside ``torch.compile``; inside `fresh_prefill` the cut is
-    known to be exact and made without the check (compiled or not).
+    known to be exact and made without the check, and the attention runs as :func:`prefill_sdpa`.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q_len, s = query.shape[2], key.shape[2]
-    if _FRESH_PREFILL and s > q_len:
-        mask = attention_mask[..., :q_len] if attention_mask is not None and attention_mask.dim() == 4 else attention_mask
-        return sdpa_attention_forward(module, query, key[:, :, :q_len], value[:, :, :q_len], mask, **kwargs)
+    if (_FRESH_PREFILL and s >= q_len and not kwargs.get("dropout") and kwargs.get("position_bias") is None
+            and (attention_mask is None or attention_mask.dtype == torch.bool)):
+        mask = None if attention_mask is None else attention_mask[..., :q_len]
+        scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
+        groups = query.shape[1] // key.shape[1]
+        out = torch.ops.kevin.prefill_sdpa(query, key[:, :, :q_len], value[:, :, :q_len], mask, scale, groups)
+        return out, None
     if (
         attention_mask is not None
         and attention_mask.dtype == torch.bool
