@@ -1,41 +1,53 @@
 """A precompiled ``<torch/extension.h>`` (GCC PCH) for the C++ unit of ``load_inline`` builds.
 
 Why: ``load_inline`` starts ``main.cpp`` with ``#include <torch/extension.h>``. On the CUDA backend that unit
-holds only declarations and the pybind11 bindings, yet parsing the header costs ~13 core-seconds per
-candidate; with the precompiled header it costs ~5 (see Measured). With 16 candidates compiling at once,
-core-seconds per candidate are throughput.
+holds only declarations and the pybind11 bindings, yet parsing the header costs ~9 of its ~14.5
+core-seconds per candidate (see Measured). With 16 candidates compiling at once, core-seconds per
+candidate are throughput.
 
 Why not torch's own ``use_pch=True``: it writes ``extension.h.gch`` into torch's site-packages, and every
 ``load_inline`` call with ``use_pch=False`` deletes it again, so concurrent candidates race on one file.
 
 How:
 
-- `ensure` (trusted parent, e.g. a background thread at Sandbox creation) builds, per backend and flag
-  variant, ``<cache>/pch/<key>/torch/extension.h.gch`` where ``key = sha256(compiler binary, the exact
-  flags of main.cpp, torch version, python)``. It builds under an exclusive ``flock`` into a temporary
-  directory, then renames it into place (a directory either is complete or does not exist); a failed
-  build leaves a ``<key>.failed`` marker (with the log) and is not retried for that key; the ``.gch`` is
-  made read-only.
+- `ensure` (trusted parent, e.g. a background thread at Sandbox creation) builds, per backend and
+  ``extra_cflags`` variant, ``<cache>/pch/<key>/torch/extension.h.gch`` where ``key = sha256(compiler
+  binary, the exact flags of main.cpp, torch version, python)``. It builds under an exclusive ``flock``
+  into a temporary directory, then renames it into place (a directory either is complete or does not
+  exist); a failed build leaves only a ``<key>.failed`` marker (with the log) and is not retried for that
+  key; the files are made read-only.
 - A ``torch/extension.h`` beside the ``.gch`` forwards to torch's header (`FORWARD`).
 - The candidate-side ``load_inline`` wrapper (:mod:`._extension`) computes the flags its call gives
   main.cpp (`main_cpp_flags`), looks the directory up (`find`) and, only if it is ready, compiles with
   ``CPATH=<dir>`` (`search_first`). GCC searches ``CPATH`` like ``-I``: before torch's ``-isystem``
   directories, so main.cpp's first line finds ``torch/extension.h.gch`` there. The ninja command line,
-  and so the build directory's key and ninja's up-to-date check, are the same with or without the PCH.
+  and so the build directory's key and ninja's up-to-date check, are the same with or without the PCH
+  (an ``extra_include_paths`` entry would change the command, and ninja would rebuild every cached
+  extension once the PCH appears). Flags that differ from a built variant (``-O2``, include paths)
+  simply find no PCH.
 
-Safety (checked empirically, see ``tests/sandbox/test_pch.py``): GCC uses a ``.gch`` only when it was
-made by the same compiler with compatible options and macros; otherwise it skips it (``-Winvalid-pch``
-says why, ``-H`` marks it ``x`` instead of ``!``) and reads the real header, which is found in torch's
-include directory through `FORWARD`. A mismatch is only slower, never
-a different build. ``-DTORCH_EXTENSION_NAME`` differs per candidate, is not used by torch's headers, and
-is left out of the PCH build (GCC accepts macros defined at use if the header never mentions them).
-The object file is byte-identical with and without the PCH (CUDA main.cpp, GCC 12).
+Safety (checked by hand with ``-H``/``-Winvalid-pch``; the use is checked in ``tests/sandbox/test_pch.py``):
+GCC uses a ``.gch`` only when it was made by the same compiler with compatible options and macros;
+otherwise it skips it (``-Winvalid-pch`` says why, e.g. "not used because `__NO_INLINE__' not defined"
+for a ``-O3`` use of a plain PCH; ``-H`` marks it ``x`` instead of ``!``) and reads the real header
+through `FORWARD`. A mismatch is only slower, never a different build. ``-DTORCH_EXTENSION_NAME``
+differs per candidate, is not used by torch's headers, and is left out of the PCH build (GCC accepts
+macros defined at use that the header never mentions). ``main.o`` is byte-identical with and without the
+PCH (CUDA and CPU test extensions, GCC 12). ``nvcc`` ignores it: it preprocesses with ``gcc -E``.
 
-Measured (2-core CPU machine, GCC 12.2, torch 2.13, CUDA backend main.cpp of
-``tests/sandbox/candidates/_cuda_honest_extension.py``, page cache warm):
+Measured (2-core CPU machine, GCC 12.2, torch 2.13, page cache warm, 3 runs each; ``core-s`` = user + sys):
 
-- main.cpp without PCH: 13.6 s wall, 13.5 core-s; with PCH: 6.2 s wall, 5.4 core-s;
-- building the PCH: 46 s wall, 30 core-s (once per cache); the ``.gch`` is ~785 MB.
+=============================================================  ===============  ============
+main.cpp                                                        without PCH      with PCH
+=============================================================  ===============  ============
+CUDA honest candidate (bindings only), no ``extra_cflags``      14.2-14.7 s      5.6-5.9 s
+the same with ``-O3``                                           16.9-17.8 s      8.5-8.9 s
+CPU ReLU test extension (kernel in main.cpp), ``-O3``           16.9-19.2 s      8.5-10.0 s
+=============================================================  ===============  ============
+
+Building one PCH: ~29 core-s (28-29 s wall warm, 46 s with a cold disk), once per cache and variant;
+each ``.gch`` is ~790 MB. A compile with it maps the ``.gch`` privately: ~1.15 GB resident, against
+~1.45 GB without.
 
 Not covered: clang (no ``.gch`` lookup; `ensure` builds nothing), compiler wrappers such as ccache.
 Candidates run as the same user and could rewrite the cache, as they could rewrite ``<cache>/ext``.
@@ -55,6 +67,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Iterator, Sequence
 
 logger = logging.getLogger(__name__)
@@ -181,6 +194,7 @@ def build(pch_root: str, flags: Sequence[str], *, timeout_s: float = 900) -> str
         for stale in glob.glob(glob.escape(final) + ".tmp-*"):  # left by a builder that was killed
             shutil.rmtree(stale, ignore_errors=True)
         tmp = tempfile.mkdtemp(prefix=key + ".tmp-", dir=pch_root)
+        t0 = time.monotonic()
         log = _compile(cxx, flags, tmp, timeout_s)
         if log is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -197,6 +211,7 @@ def build(pch_root: str, flags: Sequence[str], *, timeout_s: float = 900) -> str
             shutil.rmtree(tmp, ignore_errors=True)
             logger.warning("precompiled header not installed at %s: %s", final, exc)
             return None
+        logger.info("built precompiled header %s in %.1f s", final, time.monotonic() - t0)
         return final
 
 

@@ -63,6 +63,10 @@ class SandboxConfig:
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))
     """compile processes running at once in `Sandbox.evaluate_many`"""
+    precompiled_header: bool | None = None
+    """build a precompiled <torch/extension.h> (``._pch``, ~0.8 GB per flag set, built once per toolchain in the
+    cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only (on the CPU
+    backend, where tests run, the background build would compete with the timings)"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = one candidate on a device at a time, from its first input to its verdict"""

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
-from . import _golden_run, _judge, _process, _resolve, feedback
+from . import _golden_run, _judge, _pch, _process, _resolve, feedback
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -195,6 +195,12 @@ class Sandbox:
         self.backend = self.spec.backend
         self.cache_dir = self.config.resolved_cache_dir()
         os.makedirs(self.cache_dir, exist_ok=True)
+        # A precompiled <torch/extension.h> for candidates' main.cpp, built once per toolchain in the background;
+        # candidates that compile before it is ready build without it (`._pch`).
+        pch = self.config.precompiled_header
+        if pch or (pch is None and self.backend == "cuda"):
+            threading.Thread(target=_pch.ensure, args=(self.cache_dir, self.backend), name="kevin-pch",
+                             daemon=True).start()
         self._seed = self.config.seed if self.config.seed is not None else secrets.randbits(63)
         self._root = tempfile.mkdtemp(prefix="kevin-sandbox-")
         os.chmod(self._root, 0o700)
