@@ -35,19 +35,21 @@ from typing import Any, Iterator
 import torch
 
 IMPLEMENTATIONS = ("grouped", "grouped_sdpa", "triton")
-_FRESH_PREFILL = False  # set by `fresh_prefill` (kevin.core.decoding) around a prefill into an empty cache
+_FRESH_PREFILL: str | None = None  # set by `fresh_prefill` (kevin.core.decoding): None, "padded" or "unpadded"
 
 
 @contextlib.contextmanager
-def fresh_prefill() -> Iterator[None]:
+def fresh_prefill(padded: bool = True) -> Iterator[None]:
     """Declare that forwards of several query tokens inside are prefills into an empty static cache.
 
     Such a prefill writes slots 0..Q-1 and its queries sit at those slots, so no query may attend to a slot
     from Q on (causality by slot): `prefill_attention` then cuts them without reading the mask, which keeps
-    the cut inside a compiled graph.
+    the cut inside a compiled graph. ``padded=False`` declares that no row has padding: the attention is then
+    plain causal and runs without a mask (a compiled graph cannot see that the mask is all ones, and sdpa with
+    a mask took 760 against 227 ms for a 7B prefill on an H200).
     """
     global _FRESH_PREFILL
-    saved, _FRESH_PREFILL = _FRESH_PREFILL, True
+    saved, _FRESH_PREFILL = _FRESH_PREFILL, ("padded" if padded else "unpadded")
     try:
         yield
     finally:
@@ -97,7 +99,7 @@ def prefill_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     q_len, s = query.shape[2], key.shape[2]
     if (_FRESH_PREFILL and s >= q_len and not kwargs.get("dropout") and kwargs.get("position_bias") is None
             and (attention_mask is None or attention_mask.dtype == torch.bool)):
-        mask = None if attention_mask is None else attention_mask[..., :q_len]
+        mask = None if attention_mask is None or _FRESH_PREFILL == "unpadded" else attention_mask[..., :q_len]
         scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
         groups = query.shape[1] // key.shape[1]
         out = torch.ops.kevin.prefill_sdpa(query, key[:, :, :q_len], value[:, :, :q_len], mask, scale, groups)

@@ -185,7 +185,7 @@ def sample_static(
     mask[:, :p] = attention_mask
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)  # [B, P]
     prefill = compiled_prefill(model) if compile_prefill else model
-    with fresh_prefill():
+    with fresh_prefill(padded=bool((attention_mask == 0).any())):
         out = prefill(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=1, **{cache_kw: cache})
     logits = out.logits[:, -1]  # [B, V]

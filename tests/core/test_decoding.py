@@ -71,3 +71,21 @@ def test_the_compiled_sampler_on_cuda_draws_from_the_tempered_nucleus():
     freq = torch.bincount(tokens, minlength=4).float().cpu() / len(tokens)
     assert torch.allclose(freq, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.005)
     torch.testing.assert_close(logprobs.cpu(), torch.tensor([0.625, 0.375]).log()[tokens.cpu()], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+def test_sampled_logprobs_equal_a_teacher_forced_forward_with_and_without_padding(tiny, pad):
+    from kevin.core.attention import register
+    from kevin.core.policy import _attention_implementation
+
+    torch.manual_seed(4)
+    ids = torch.randint(1, 100, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[0, :pad] = 0  # pad = 0: no row padded, the prefill attends without a mask
+    with _attention_implementation(tiny, register("grouped")):
+        out = sample_static(tiny, ids, mask, max_new_tokens=5, cache_length=16, temperature=0.8)
+    full, full_mask = torch.cat([ids, out.tokens], 1), torch.cat([mask, torch.ones_like(out.tokens)], 1)
+    positions = (full_mask.cumsum(-1) - 1).clamp_min(0)
+    logits = tiny(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, 8:-1].float() / 0.8
+    ref = torch.log_softmax(logits, -1).gather(-1, out.tokens[..., None]).squeeze(-1)  # [2, 5]
+    torch.testing.assert_close(out.logprobs, ref, atol=1e-4, rtol=1e-4)
