@@ -62,18 +62,26 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
         return Comparison(True, "", 0.0, 0.0)
     o = out.to(torch.float64)
     r = ref.to(torch.float64)
-    ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
-    ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
-    bad_pattern = (ref_nan != out_nan) | (ref_inf != out_inf) | (ref_inf & (o != r))
-    finite = torch.isfinite(r) & torch.isfinite(o)
-    fr = r[finite]
-    scale = float(fr.pow(2).mean().sqrt()) if fr.numel() else 0.0
-    d = (o[finite] - fr).abs()
+    if bool(torch.isfinite(r).all()) and bool(torch.isfinite(o).all()):
+        # the common case, in a few passes (the parent compares up to 7 outputs per candidate, 16 candidates at once)
+        fr, n_pattern = r, 0
+        d = (o - r).abs_()
+    else:
+        ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
+        ref_inf, out_inf = torch.isinf(r), torch.isinf(o)
+        bad_pattern = (ref_nan != out_nan) | (ref_inf != out_inf) | (ref_inf & (o != r))
+        finite = torch.isfinite(r) & torch.isfinite(o)
+        fr = r[finite]
+        d = (o[finite] - fr).abs_()
+        n_pattern = int(bad_pattern.sum())
+    abs_ref = fr.abs()
+    scale = float(torch.linalg.vector_norm(fr) / fr.numel() ** 0.5) if fr.numel() else 0.0  # rms
     max_abs = float(d.max()) if d.numel() else 0.0
-    denom = torch.clamp(fr.abs(), min=scale) if scale > 0 else fr.abs()
-    rel = torch.where(d == 0, torch.zeros_like(d), d / denom)
+    if scale > 0:
+        rel = d / abs_ref.clamp(min=scale)  # 0 where d is 0
+    else:
+        rel = torch.where(d == 0, torch.zeros_like(d), d / abs_ref)
     max_rel = float(rel.max()) if rel.numel() else 0.0
-    n_pattern = int(bad_pattern.sum())
     if n_pattern:
         return Comparison(
             False,
@@ -81,7 +89,7 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
             "(or misses the reference's NaN/inf)",
             max_abs, max_rel,
         )
-    tol = atol * scale + rtol * fr.abs()
+    tol = abs_ref.mul_(rtol).add_(atol * scale)
     n_bad = int((d > tol).sum())
     if n_bad:
         return Comparison(
