@@ -160,8 +160,8 @@ def sample_static(
 
     input_ids, attention_mask [B, P] (1 = real token, 0 = left padding). ``cache``: a `new_static_cache` of
     [B, cache_length] (reset here), or None for the model's own (`model_static_cache`). ``compile`` (default:
-    on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through :func:`compiled_sampler`,
-    ``compile_prefill`` (default: the same) the prefill through
+    on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through
+    :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
     :func:`compiled_prefill`. Stops early only when every row has produced a stop token (checked every
     ``check_every`` steps).
     """
