@@ -208,7 +208,11 @@ class CandidateRun:
         if violations:
             self.details["violations"] = violations
             return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
-        verdict = self._compare_sets(golden)
+        # On the CPU backend the parent's comparisons run on the cores a timing is measured on: they hold the
+        # device like a correctness run, so they never overlap a timing (on CUDA they run beside it).
+        comparing = checks if self.backend == "cpu" else contextlib.nullcontext
+        with comparing():
+            verdict = self._compare_sets(golden)
         if not verdict.ok:
             message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
             return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
@@ -232,22 +236,23 @@ class CandidateRun:
             return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        timing = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}
-        self.details["timing"] = timing
+        report = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}
+        self.details["timing"] = report
         violations = _violations(msg)
         if violations:
             self.details["violations"] = violations
             return bad(violations[0])
         re_path = os.path.join(self.scratch, "rechecks.safetensors")
-        for r, entry in enumerate(golden.meta["rechecks"]):
-            outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
-            if isinstance(outs, str):
-                return bad(f"a timed call's output was not recorded: {outs}")
-            c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]),
-                                        atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
-            if not c.ok:
-                return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
-        median = timing.get("median_ms")
+        with comparing():
+            for r, entry in enumerate(golden.meta["rechecks"]):
+                outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
+                if isinstance(outs, str):
+                    return bad(f"a timed call's output was not recorded: {outs}")
+                c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]),
+                                            atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
+                if not c.ok:
+                    return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
+        median = report.get("median_ms")
         if not isinstance(median, (int, float)) or median != median or median < 0:
             return bad("the timing report is malformed")
         events = {m.event: m for m in self.worker.messages}
