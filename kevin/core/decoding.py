@@ -106,13 +106,22 @@ def new_static_cache(model: Any, batch: int, length: int) -> Any:
 def model_static_cache(model: Any, batch: int, length: int) -> Any:
     """The model's own `new_static_cache` for this shape, kept on the model (one at a time, like transformers'
     ``generate``), so every policy and call of one shape reuses the cache the decoding graphs were captured on."""
-    device = next(model.parameters()).device
-    key = (batch, length, str(device))
+    param = next(model.parameters())
+    key = (id(model), batch, length, str(param.device), param.dtype)  # id: a deepcopy of the model gets its own
     held = model.__dict__.get("_kevin_static_cache")
     if held is None or held[0] != key:
         model.__dict__["_kevin_static_cache"] = None  # free the old cache before allocating the new one
         held = model.__dict__["_kevin_static_cache"] = (key, new_static_cache(model, batch, length))
     return held[1]
+
+
+def _full_attention_only(model: Any) -> bool:
+    """Whether every layer attends causally to all earlier tokens (no sliding-window or chunked layers), so an
+    unpadded prefill may attend without a mask."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "sliding_window", None) or getattr(config, "attention_chunk_size", None):
+        return False  # (Qwen2 sets sliding_window only when use_sliding_window is on)
+    return all(t == "full_attention" for t in (getattr(config, "layer_types", None) or ["full_attention"]))
 
 
 def _unwrap(model: Any) -> Any:
@@ -124,10 +133,10 @@ def compiled_prefill(model: Any) -> Callable[..., Any]:
     """The model's ``__call__`` under ``torch.compile`` with dynamic shapes (no CUDA graphs), compiled once per
     model: one graph for every batch size and prompt length. It fuses the prefill's norms, rotary embedding and
     activations, which eagerly cost ~1.6 of a 6.8 s 7B prefill (``benchmarks/profile_decode.py``)."""
-    fn = model.__dict__.get("_kevin_compiled_prefill")
-    if fn is None:
-        fn = model.__dict__["_kevin_compiled_prefill"] = torch.compile(model.__call__, dynamic=True)
-    return fn
+    held = model.__dict__.get("_kevin_compiled_prefill")
+    if held is None or held[0] != id(model):  # a deepcopy of the model must not run the original's weights
+        held = model.__dict__["_kevin_compiled_prefill"] = (id(model), torch.compile(model.__call__, dynamic=True))
+    return held[1]
 
 
 def compiled_forward(model: Any) -> Callable[..., Any]:
@@ -185,7 +194,7 @@ def sample_static(
     mask[:, :p] = attention_mask
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)  # [B, P]
     prefill = compiled_prefill(model) if compile_prefill else model
-    with fresh_prefill(padded=bool((attention_mask == 0).any())):
+    with fresh_prefill(padded=bool((attention_mask == 0).any()) or not _full_attention_only(model)):
         out = prefill(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=1, **{cache_kw: cache})
     logits = out.logits[:, -1]  # [B, V]
@@ -197,12 +206,14 @@ def sample_static(
     logprobs = torch.empty(b, max_new_tokens, dtype=torch.float32, device=device)
     stop = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
+    broken = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite log-prob: NaN or inf logits
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
     n = max_new_tokens
     for t in range(max_new_tokens):
         token, logprob = sample(logits, temperature, top_p)
         tokens[:, t] = token
         logprobs[:, t] = logprob
+        broken |= ~torch.isfinite(logprob).all()
         if stop.numel():
             done |= torch.isin(token, stop)
             if (t + 1) % check_every == 0 and bool(done.all()):
@@ -218,4 +229,6 @@ def sample_static(
         logits = out.logits[:, -1]
         del out
         position = position + 1
+    if bool(broken):
+        raise RuntimeError("the model produced NaN or infinite logits while sampling (a non-finite log-prob)")
     return Sampled(tokens[:, :n], logprobs[:, :n])

@@ -384,6 +384,9 @@ class TransformersPolicy:
         if static:
             from kevin.core.decoding import sample_static
 
+            if self.generate_kwargs:
+                logger.warning("mode 'static' does not use generate_kwargs %s", sorted(self.generate_kwargs))
+
             with _attention_implementation(self.model, attention):
                 sampled = sample_static(
                     self.model, input_ids, attention_mask, max_new_tokens=self.max_new_tokens,

@@ -100,8 +100,8 @@ Not defended, and why:
 
 - Same-user file access. Candidates run as the caller's user without an OS sandbox (no container,
   seccomp or network namespace on the target machines). A candidate that deliberately walks the file
-  system can read the harness's source, write into the shared build cache (``<cache>/ext``) to poison
-  another candidate's build, leave notes for later candidates (the rechecks of one task are the same for
+  system can read the harness's source, write into the shared build cache (``<cache>/ext``) or the
+  precompiled header (``<cache>/pch``, read-only files but the same owner) to poison another candidate's build, leave notes for later candidates (the rechecks of one task are the same for
   every candidate in one Sandbox, so candidates that pool what they saw could learn them), or reach the
   network. Static rules forbid the means (file access in Python and C++, os tricks, ctypes, subprocess,
   sockets, importlib); nothing that scores is read from disk (golden outputs travel over a pipe,

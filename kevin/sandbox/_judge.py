@@ -194,8 +194,8 @@ class CandidateRun:
             deadline = time.monotonic() + config.run_timeout_s
             msg = self.worker.wait_for(("outputs",), deadline)
             marks["checked"] = time.monotonic()
-        if msg is None or msg.event != "outputs":
-            return self._crash(msg, deadline, config.run_timeout_s)
+            if msg is None or msg.event != "outputs":  # killed before the device is handed on
+                return self._crash(msg, deadline, config.run_timeout_s)
         self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
         torch_ops = msg.data.get("torch_ops")
         if config.kernel_inventory and (not isinstance(torch_ops, dict) or torch_ops):
@@ -228,8 +228,8 @@ class CandidateRun:
             deadline = time.monotonic() + config.run_timeout_s
             msg = self.worker.wait_for(("report",), deadline)
             marks["timed"] = time.monotonic()
-        if msg is None or msg.event != "report":
-            return self._crash(msg, deadline, config.run_timeout_s)
+            if msg is None or msg.event != "report":  # killed before the device is handed on
+                return self._crash(msg, deadline, config.run_timeout_s)
         self.details["run_seconds"] = round(marks["checked"] - t_go + marks["timed"] - t_time, 3)
 
         def bad(reason: str) -> EvalResult:

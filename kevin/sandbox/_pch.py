@@ -235,7 +235,11 @@ def _compile(cxx: str, flags: Sequence[str], out_dir: str, timeout_s: float) -> 
         f.write("#include <torch/extension.h>\n")
     argv = [cxx, "-x", "c++-header", *flags, stub, "-o", os.path.join(out_dir, GCH)]
     try:
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        # the environment candidates compile in (a CPATH or CPLUS_INCLUDE_PATH of the caller's would bake other
+        # headers into the PCH, and GCC checks flags, not header contents)
+        from ._process import scrubbed_env
+
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=scrubbed_env(out_dir))
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{shlex.join(argv)}\n{exc}"
     finally:

@@ -69,7 +69,8 @@ class SandboxConfig:
     backend, where tests run, the background build would compete with the timings)"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
-    alone on their device. False = one candidate on a device at a time, from its first input to its verdict"""
+    alone on their device. False = a correctness run has its device alone too (the device is still handed on
+    between a candidate's correctness run and its timing)"""
     cache_dir: str | None = None
     """compiled extensions (and baseline timings, written as a record, never read back); None = `default_cache_dir()`"""
     seed: int | None = None

@@ -150,8 +150,11 @@ class DeviceGate:
     def exclusive(self) -> Iterator[None]:
         with self._cond:
             self._waiting += 1
-            self._cond.wait_for(lambda: not self._exclusive and not self._shared)
-            self._waiting -= 1
+            try:
+                self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._waiting -= 1
+                self._cond.notify_all()
             self._exclusive = True
         try:
             yield

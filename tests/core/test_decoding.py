@@ -89,3 +89,56 @@ def test_sampled_logprobs_equal_a_teacher_forced_forward_with_and_without_paddin
     logits = tiny(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, 8:-1].float() / 0.8
     ref = torch.log_softmax(logits, -1).gather(-1, out.tokens[..., None]).squeeze(-1)  # [2, 5]
     torch.testing.assert_close(out.logprobs, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_an_unpadded_prefill_keeps_the_sliding_window_mask():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from kevin.core.attention import register
+    from kevin.core.policy import _attention_implementation
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=4, max_position_embeddings=256)
+    model = MistralForCausalLM(config).eval()
+    model.set_attn_implementation("sdpa")
+    ids = torch.randint(1, 100, (2, 12))  # 12 prompt tokens > the window of 4, no padding
+    mask = torch.ones_like(ids)
+    with _attention_implementation(model, register("grouped")):
+        out = sample_static(model, ids, mask, max_new_tokens=4, cache_length=32, temperature=0.8)
+    full = torch.cat([ids, out.tokens], 1)
+    logits = model(input_ids=full, attention_mask=torch.ones_like(full)).logits[:, 11:-1].float() / 0.8
+    ref = torch.log_softmax(logits, -1).gather(-1, out.tokens[..., None]).squeeze(-1)
+    torch.testing.assert_close(out.logprobs, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_the_models_cache_follows_a_change_of_dtype(tiny):
+    import copy
+
+    model = copy.deepcopy(tiny)
+    ids = torch.randint(1, 100, (2, 5))
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
+    model.to(torch.bfloat16)  # the held fp32 cache would fail index_copy_ with bf16 keys
+    out = sample_static(model, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
+    assert out.tokens.shape == (2, 2)
+
+
+def test_a_deepcopy_of_the_model_gets_its_own_compiled_prefill(tiny):
+    import copy
+
+    from kevin.core.decoding import compiled_prefill
+
+    first = compiled_prefill(tiny)  # torch.compile is lazy: nothing is compiled here
+    twin = copy.deepcopy(tiny)
+    assert compiled_prefill(twin) is not first and compiled_prefill(tiny) is first
+
+
+def test_nan_logits_are_an_error_not_a_silent_token(tiny):
+    import copy
+
+    model = copy.deepcopy(tiny)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    ids = torch.randint(1, 100, (1, 5))
+    with pytest.raises(RuntimeError, match="NaN or infinite"):
+        sample_static(model, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)

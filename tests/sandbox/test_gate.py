@@ -74,3 +74,37 @@ def test_without_parallel_checks_a_correctness_run_has_the_device_alone():
     b_go.set()
     a.join(5), b.join(5)
     assert log == ["a in", "a out", "b in", "b out"]
+
+
+def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_path):
+    from types import SimpleNamespace
+
+    from kevin.sandbox import _judge
+    from kevin.sandbox.config import SandboxConfig
+
+    gate, kills = DeviceGate(), []
+
+    class HungWorker:  # a candidate whose correctness run never answers
+        messages: list = []
+
+        def send(self, command):
+            pass
+
+        def wait_for(self, events, deadline):
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            return None
+
+        def timed_out(self, deadline):
+            return True
+
+        def kill(self):
+            kills.append(gate._shared)  # how many hold the device at the kill
+
+    run = object.__new__(_judge.CandidateRun)
+    run.config, run.details, run.worker, run.scratch = SandboxConfig(run_timeout_s=0.2), {}, HungWorker(), str(tmp_path)
+    inputs = tmp_path / "golden.safetensors"
+    inputs.write_bytes(b"")
+    golden = SimpleNamespace(inputs_path=str(inputs), meta={"sets": [], "rechecks": [], "init_inputs": [], "init_seed": 0})
+    result = run.judge(golden, baseline_ms=None, checks=gate.shared, timing=gate.exclusive)
+    assert result.status == "timeout"
+    assert kills == [1]  # killed while it still held the device, so no timing could start beside it
