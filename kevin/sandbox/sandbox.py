@@ -8,7 +8,8 @@ compile stage is that process importing the candidate module, whose ``load_inlin
 content-addressed cache (an extension is built once, whatever Python surrounds it). At most
 ``config.workers`` processes are in the compile stage at once; then each waits for its device's
 `DeviceGate`: candidates may run their correctness sets on a device together, but a golden process or a
-candidate's timing has the device alone, so a timing never overlaps other work on its device. Golden data is computed
+candidate's timing has the device alone, so a timing never overlaps other work on its device (on the CPU
+backend, where the device is the cores, compiles and the parent's comparisons count as such work). Golden data is computed
 once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden process
 and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
 version); a copy is written to ``<cache>/baselines/`` as a record, and never read back: candidates run as
@@ -120,11 +121,10 @@ class DeviceGate:
     ``shared()`` is held while a candidate runs its correctness sets (untimed, so they may overlap each other);
     ``exclusive()`` while a golden process times the baseline or a candidate is timed: it waits until no shared
     holder is left, and while it waits no new shared holder is admitted (so timings are never starved).
-    With ``parallel_checks=False`` both are the same plain lock (one candidate on the device at a time).
+    One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
-    def __init__(self, parallel_checks: bool = True):
-        self.parallel_checks = parallel_checks
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
@@ -132,10 +132,6 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
-        if not self.parallel_checks:
-            with self.exclusive():
-                yield
-            return
         with self._cond:
             self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
             self._shared += 1
@@ -164,6 +160,16 @@ class DeviceGate:
                 self._cond.notify_all()
 
 
+_GATES: dict[tuple[str, str], DeviceGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def device_gate(backend: str, device: str) -> DeviceGate:
+    """The process-wide gate of a device: ("cpu", "cpu"), or ("cuda", its CUDA_VISIBLE_DEVICES entry)."""
+    with _GATES_LOCK:
+        return _GATES.setdefault((backend, device), DeviceGate())
+
+
 class _DevicePool:
     """One `DeviceGate` per device slot (GPU id, or "cpu"); `assign` spreads candidates round-robin at spawn time.
 
@@ -171,9 +177,9 @@ class _DevicePool:
     CUDA is up), so it waits for that device's gate, never another's.
     """
 
-    def __init__(self, slots: Sequence[Any], parallel_checks: bool = True):
+    def __init__(self, slots: Sequence[Any], backend: str):
         self.slots = list(slots)
-        self.gates = {s: DeviceGate(parallel_checks) for s in self.slots}
+        self.gates = {s: device_gate(backend, "cpu" if s == "cpu" else _resolve.physical_gpu(s)) for s in self.slots}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -227,7 +233,7 @@ class Sandbox:
         else:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
-        self._devices = _DevicePool(slots, self.config.parallel_checks)
+        self._devices = _DevicePool(slots, self.backend)
         # Candidate processes alive at once: the compiling ones plus a short queue per device.
         self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
 
@@ -265,7 +271,10 @@ class Sandbox:
                 max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
                 slot = self._devices.assign()
                 self._prefetch_golden(task_src, slot)
-                with self._compile_slots:
+                # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
+                # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
+                compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
+                with self._compile_slots, compiling():
                     zygote = self._get_zygote()
                     marks["spawned"] = time.monotonic()
                     run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
@@ -290,7 +299,8 @@ class Sandbox:
                         baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
                         marks["golden"] = time.monotonic()
                         gate = self._devices.gates[slot]
-                        result = run.judge(golden, baseline_ms=baseline, checks=gate.shared, timing=gate.exclusive)
+                        checks = gate.shared if self.config.parallel_checks else gate.exclusive
+                        result = run.judge(golden, baseline_ms=baseline, checks=checks, timing=gate.exclusive)
                     finally:
                         self._golden.release(golden_key)
                 finally:

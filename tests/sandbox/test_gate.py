@@ -63,17 +63,12 @@ def test_a_waiting_timing_keeps_new_correctness_runs_out():
     assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
 
 
-def test_without_parallel_checks_a_correctness_run_has_the_device_alone():
-    gate, log = DeviceGate(parallel_checks=False), []
-    a, a_in, a_go = _start(gate.shared, log, "a")
-    assert a_in.wait(5)
-    b, b_in, b_go = _start(gate.shared, log, "b")
-    assert not b_in.wait(0.3)
-    a_go.set()
-    assert b_in.wait(5)
-    b_go.set()
-    a.join(5), b.join(5)
-    assert log == ["a in", "a out", "b in", "b out"]
+def test_two_sandboxes_on_the_cpu_share_one_gate(tmp_path):
+    from kevin.sandbox import Sandbox, SandboxConfig
+
+    a = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path / "a")))
+    b = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path / "b"), parallel_checks=False))
+    assert a._devices.gates["cpu"] is b._devices.gates["cpu"]  # one timing at a time on these cores
 
 
 def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_path):
