@@ -143,7 +143,9 @@ Not defended, and why:
   then pass; keep timing on for rewards.
 - Interference with other candidates on the same GPU. Candidates of one device run their correctness sets
   at the same time (``parallel_checks``; a timing always has its device alone, `DeviceGate`), so one
-  candidate's memory use can make another's correctness run fail with out-of-memory, and GPU work a candidate
+  candidate's memory use can make another's correctness run fail with out-of-memory (each candidate also keeps
+  its NaN-filled allocator block, up to 8 GB or a quarter of the free memory, while it waits for its timing:
+  on a GPU shared with a large model, many waiting candidates can leave a timing short of memory), and GPU work a candidate
   leaves running after its report (kernels queued without waiting for them) can overlap the next timing
   on its device. Neither raises the candidate's own verdict; both can lower a sibling's, which in a group
   baseline raises the offender's advantage. The static layer forbids extra streams and threads;
