@@ -1,4 +1,4 @@
-"""A sampling loop over a static KV cache: one compiled prefill, then one compiled step per token, no host sync per step.
+"""A sampling loop over a static KV cache: a compiled prefill, then a compiled step per token, no host sync per step.
 
 ``TransformersPolicy(mode="static")`` samples with :func:`sample_static`. Why not ``model.generate`` with a static
 cache: its loop asks the device every step whether all rows are done (``unfinished.max() == 0`` read on the

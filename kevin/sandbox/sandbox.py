@@ -9,8 +9,8 @@ content-addressed cache (an extension is built once, whatever Python surrounds i
 ``config.workers`` processes are in the compile stage at once; then each waits for its device's
 `DeviceGate`: candidates may run their correctness sets on a device together, but a golden process or a
 candidate's timing has the device alone, so a timing never overlaps other work on its device (on the CPU
-backend, where the device is the cores, compiles and the parent's comparisons count as such work). Golden data is computed
-once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden process
+backend, where the device is the cores, compiles and the parent's comparisons count as such work). Golden data
+is computed once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden process
 and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
 version); a copy is written to ``<cache>/baselines/`` as a record, and never read back: candidates run as
 the same user and can rewrite any file there, and a baseline read from disk let one candidate set the
@@ -323,7 +323,8 @@ class Sandbox:
 
         The GPU is idle during compilation; without this the first judging of every new task waited ~10 s for
         the golden process under the device gate. It holds the gate alone (`DeviceGate.exclusive`), so it never
-        overlaps a timing or a correctness run. A failure is left for the judging, which computes the entry again and reports it. The CPU
+        overlaps a timing or a correctness run. A failure is left for the judging, which computes the entry again
+        and reports it. The CPU
         backend does not prefetch: its baseline would be timed while compilers load the cores.
         """
         if self.backend != "cuda":
@@ -408,7 +409,7 @@ class Sandbox:
         return value
 
     def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
-        """Run the golden process for one task on ``slot`` (holding its gate alone), timing the baseline unless known."""
+        """Run the golden process for one task on ``slot`` (holding its gate alone); times the baseline unless known."""
         key = _resolve.sha256(task_src)[:16]
         need_baseline = self.config.measure_speed and self._baseline_key(task_src, slot) not in self._baselines
         with self._devices.gates[slot].exclusive():
