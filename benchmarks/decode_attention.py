@@ -6,7 +6,10 @@ rest masked, as a static cache is until the end). Each implementation is capture
 compiled decoding forward is) and replayed; ms per call is the median over ``--reps`` replays of one layer.
 GB/s counts the K and V bytes a layer must read (written slots only) per call.
 
-    python benchmarks/decode_attention.py --out OUT      # writes OUT/decode_attention.json
+    python benchmarks/decode_attention.py --out OUT      # writes OUT/decode_attention_VALID.json
+
+``triton_live`` is the Triton kernel told how many slots are written (``kevin_live_slots``, as the decoding
+loop does), so that its splits divide those slots only.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main() -> None:
     p.add_argument("--valid", type=int, default=2560)
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel over launch configurations")
+    p.add_argument("--sweep-live", action="store_true",
+                   help="also time the Triton kernel told the written slots (--valid) over launch configurations")
     p.add_argument("--out", default="/tmp/decode_attention")
     a = p.parse_args()
 
@@ -53,7 +58,21 @@ def main() -> None:
         "grouped": lambda: attention.grouped_attention(module, q, k, v, keep, scaling=d**-0.5)[0],
         "grouped_sdpa": lambda: attention.grouped_sdpa_attention(module, q, k, v, keep, scaling=d**-0.5)[0],
         "triton": lambda: attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5)[0],
+        "triton_live": lambda: attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5, **{
+            attention.LIVE_SLOTS: live})[0],
     }
+    live = torch.tensor([a.valid], dtype=torch.int32, device="cuda")
+    if a.sweep_live:
+        qg = q.reshape(b, hkv, h // hkv, d).contiguous()
+        keep2 = keep[:, 0, 0, :]
+        for block_n in (64, 128):
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    for programs in (1024, 2048, 4096):
+                        impls[f"triton_live_n{block_n}_w{warps}_s{stages}_p{programs}"] = (
+                            lambda bn=block_n, w=warps, st=stages, tp=programs: attention.triton_decode(
+                                qg, k, v, keep2, d**-0.5, live=live, block_n=bn, num_warps=w, num_stages=st,
+                                target_programs=tp, skip=False).reshape(b, h, 1, d).transpose(1, 2))
     if a.sweep:
         qg = q.reshape(b, hkv, h // hkv, d).contiguous()
         keep2 = keep[:, 0, 0, :]
@@ -97,7 +116,7 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res = {"shape": vars(a), "device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": rows}
-    (out / "decode_attention.json").write_text(json.dumps(res, indent=1))
+    (out / f"decode_attention_{a.valid}.json").write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 import torch
 
 IMPLEMENTATIONS = ("grouped", "grouped_sdpa", "triton")
+LIVE_SLOTS = "kevin_live_slots"  # forward keyword read by `triton_attention`: how many cache slots are written
 _FRESH_PREFILL: str | None = None  # set by `fresh_prefill` (kevin.core.decoding): None, "padded" or "unpadded"
 
 
@@ -194,11 +195,14 @@ def load_triton_kernels() -> bool:
         return False
 
     @triton.jit
-    def split_kernel(Q, K, V, MASK, O, LSE, S, n_split, n_iter, scale,
+    def split_kernel(Q, K, V, MASK, LIVE, O, LSE, S, n_split, n_iter, scale,
                      stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_mb, stride_ms,
                      HKV: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, D: tl.constexpr,
-                     BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, SKIP: tl.constexpr):
-        # program (b * HKV + g, split): the R query rows of KV head g over n_iter blocks of cache slots
+                     BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LIVE: tl.constexpr,
+                     PRECISION: tl.constexpr, SKIP: tl.constexpr):
+        # program (b * HKV + g, split): the R query rows of KV head g over n_iter blocks of cache slots; with
+        # HAS_LIVE, the first LIVE[0] slots (read on the device) are shared out among the n_split programs
+        # instead, so none spends time on the cache's unwritten tail
         bh = tl.program_id(0)
         sp = tl.program_id(1)
         b = bh // HKV
@@ -211,11 +215,20 @@ def load_triton_kernels() -> bool:
         acc = tl.zeros([RP, D], tl.float32)
         k_base = K + b * stride_kb + g * stride_kh
         v_base = V + b * stride_vb + g * stride_vh
-        for i in range(0, n_iter):  # n_iter blocks of BLOCK_N slots from slot sp * n_iter * BLOCK_N
-            offs = (sp * n_iter + i) * BLOCK_N + tl.arange(0, BLOCK_N)
-            keep = offs < S
+        end = S
+        first = sp * n_iter
+        count = n_iter
+        if HAS_LIVE:
+            end = tl.minimum(tl.load(LIVE), S)
+            live_blocks = tl.cdiv(end, BLOCK_N)
+            per_split = tl.cdiv(live_blocks, n_split)
+            first = sp * per_split
+            count = tl.minimum(per_split, live_blocks - first)  # <= 0: nothing left for this split
+        for i in range(0, count):  # count blocks of BLOCK_N slots from block `first`
+            offs = (first + i) * BLOCK_N + tl.arange(0, BLOCK_N)
+            keep = offs < end
             if HAS_MASK:
-                keep = keep & (tl.load(MASK + b * stride_mb + offs * stride_ms, mask=offs < S, other=0) != 0)
+                keep = keep & (tl.load(MASK + b * stride_mb + offs * stride_ms, mask=offs < end, other=0) != 0)
             # Masked-off slots are never loaded (predicated loads); SKIP also skips a block's arithmetic when
             # none of its slots is kept, at the price of a branch in the loop (which hinders pipelining).
             if (not SKIP) or tl.max(keep.to(tl.int32), axis=0) > 0:
@@ -268,13 +281,17 @@ def _next_pow2(n: int) -> int:
 
 
 def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None,
-                  scale: float, *, block_n: int = 64, target_programs: int = 2048, num_warps: int = 4,
-                  num_stages: int = 2, skip: bool = True) -> torch.Tensor:
+                  scale: float, *, live: torch.Tensor | None = None, block_n: int = 64, target_programs: int = 2048,
+                  num_warps: int = 4, num_stages: int = 2, skip: bool = True) -> torch.Tensor:
     """Split-KV flash decoding. q [B, Hkv, R, D] (contiguous), key/value [B, Hkv, S, D] (last dim contiguous),
-    keep [B, S] bool (True = attend; None = all) -> [B, Hkv, R, D] in q's dtype.
+    keep [B, S] bool (True = attend; None = all), live [1] int32 on q's device or None -> [B, Hkv, R, D] in q's
+    dtype.
 
-    Each program takes the R query rows of one (batch, KV head) over ``chunk`` cache slots, skipping blocks of
-    ``block_n`` slots with no True in ``keep``; a second kernel merges the splits by their log-sum-exp.
+    Each program takes the R query rows of one (batch, KV head) over a chunk of cache slots; a second kernel
+    merges the splits by their log-sum-exp. ``live`` (read on the device, so a CUDA graph replays it with new
+    values) declares that no query attends to a slot from ``live[0]`` on: the chunks then divide slots
+    0..live-1 only (the same result, since those slots would be masked). ``skip`` skips blocks of ``block_n``
+    slots with no True in ``keep``.
     """
     if _KERNELS is None and not load_triton_kernels():
         raise RuntimeError("the triton decode attention needs the triton package")
@@ -292,10 +309,10 @@ def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep:
     out = torch.empty_like(q)
     mask = keep if keep is not None else key.new_empty((1, 1), dtype=torch.bool)
     split_kernel[(bh, n_split)](
-        q, key, value, mask, o, lse, s, n_split, chunk // block_n, scale,
+        q, key, value, mask, live if live is not None else mask, o, lse, s, n_split, chunk // block_n, scale,
         key.stride(0), key.stride(1), key.stride(2), value.stride(0), value.stride(1), value.stride(2),
         mask.stride(0), mask.stride(1),
-        HKV=hkv, R=r, RP=rp, D=d, BLOCK_N=block_n, HAS_MASK=keep is not None,
+        HKV=hkv, R=r, RP=rp, D=d, BLOCK_N=block_n, HAS_MASK=keep is not None, HAS_LIVE=live is not None,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 models: no TF32 rounding
         SKIP=skip, num_warps=num_warps, num_stages=num_stages,
     )
@@ -305,7 +322,11 @@ def triton_decode(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keep:
 
 def triton_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """``"triton"``: :func:`triton_decode` for decoding steps on CUDA with a bool (or no) mask and a power-of-two
-    head dim; :func:`grouped_attention` otherwise. Returns ([B, 1, H, D], None)."""
+    head dim; :func:`grouped_attention` otherwise. Returns ([B, 1, H, D], None).
+
+    The keyword ``kevin_live_slots`` ([1] int32, passed through the model's forward by
+    :func:`kevin.core.decoding.sample_static`) is the number of cache slots written so far; see `triton_decode`.
+    """
     d = query.shape[-1]
     usable = (
         _decoding(module, query, dropout, kwargs)
@@ -321,11 +342,17 @@ def triton_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     hkv, s = key.shape[1], key.shape[2]
     q = query.reshape(b, hkv, h // hkv, d).contiguous()
     keep = None if attention_mask is None else attention_mask[:, 0, 0, :s]  # [B, S]
-    out = triton_decode(q, key, value, keep, scaling if scaling is not None else d**-0.5, **TRITON_CONFIG)
+    live = kwargs.get(LIVE_SLOTS)
+    out = triton_decode(q, key, value, keep, scaling if scaling is not None else d**-0.5, live=live, **TRITON_CONFIG)
     return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
 
 
 _FUNCTIONS = {"grouped": grouped_attention, "grouped_sdpa": grouped_sdpa_attention, "triton": triton_attention}
+
+
+def interface_name(implementation: str) -> str:
+    """The name `register` gives ``implementation`` in transformers' attention interface."""
+    return f"kevin_{implementation}_decode"
 
 
 def register(implementation: str) -> str:
@@ -340,7 +367,7 @@ def register(implementation: str) -> str:
 
     if implementation == "triton":
         load_triton_kernels()  # without triton, triton_attention falls back to grouped_attention
-    name = f"kevin_{implementation}_decode"
+    name = interface_name(implementation)
     AttentionInterface.register(name, _FUNCTIONS[implementation])
     AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return name

@@ -174,7 +174,7 @@ def sample_static(
     :func:`compiled_prefill`. Stops early only when every row has produced a stop token (checked every
     ``check_every`` steps).
     """
-    from kevin.core.attention import fresh_prefill
+    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
 
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
@@ -208,6 +208,9 @@ def sample_static(
     done = torch.zeros(b, dtype=torch.bool, device=device)
     broken = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite log-prob: NaN or inf logits
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
+    extra = {}  # the triton decode attention reads how many slots are written (kevin.core.attention.LIVE_SLOTS)
+    if getattr(model.config, "_attn_implementation", None) == interface_name("triton"):
+        extra[LIVE_SLOTS] = torch.full((1,), p + 1, dtype=torch.int32, device=device)  # slots 0..P of step 0
     n = max_new_tokens
     for t in range(max_new_tokens):
         token, logprob = sample(logits, temperature, top_p)
@@ -225,10 +228,12 @@ def sample_static(
         if compile:
             torch.compiler.cudagraph_mark_step_begin()
         out = step(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
-                   logits_to_keep=1, **{cache_kw: cache})
+                   logits_to_keep=1, **{cache_kw: cache}, **extra)
         logits = out.logits[:, -1]
         del out
         position = position + 1
+        if extra:
+            extra[LIVE_SLOTS] = extra[LIVE_SLOTS] + 1
     if bool(broken):
         raise RuntimeError("the model produced NaN or infinite logits while sampling (a non-finite log-prob)")
     return Sampled(tokens[:, :n], logprobs[:, :n])

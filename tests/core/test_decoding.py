@@ -142,3 +142,23 @@ def test_nan_logits_are_an_error_not_a_silent_token(tiny):
     ids = torch.randint(1, 100, (1, 5))
     with pytest.raises(RuntimeError, match="NaN or infinite"):
         sample_static(model, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
+
+
+def test_each_decoding_step_tells_the_triton_attention_how_many_cache_slots_are_written(tiny, monkeypatch):
+    from kevin.core import attention
+    from kevin.core.policy import _attention_implementation
+
+    seen = []
+    real = attention._FUNCTIONS["triton"]  # on the CPU it falls back to the grouped attention
+
+    def spy(module, query, *args, **kwargs):
+        if module.layer_idx == 0 and query.shape[2] == 1:
+            seen.append(int(kwargs[attention.LIVE_SLOTS]))
+        return real(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(attention._FUNCTIONS, "triton", spy)
+    ids = torch.randint(1, 100, (2, 6))
+    with _attention_implementation(tiny, attention.register("triton")):
+        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=4, cache_length=16)
+    # prompt in slots 0..5; step t writes slot 6 + t and may attend to slots 0..6 + t: 7, 8, 9 written slots
+    assert seen == [7, 8, 9]

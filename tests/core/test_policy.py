@@ -394,8 +394,9 @@ def test_unknown_decode_attention_is_rejected(tok, model):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("live", [False, True])
 @pytest.mark.parametrize("s, pad", [(3072, 1000), (200, 0)])
-def test_triton_decode_matches_grouped_attention_on_cuda(s, pad):
+def test_triton_decode_matches_grouped_attention_on_cuda(s, pad, live):
     from kevin.core import attention
 
     assert attention.load_triton_kernels()
@@ -409,7 +410,9 @@ def test_triton_decode_matches_grouped_attention_on_cuda(s, pad):
     keep[..., s - s // 3 :] = False  # the static cache's future slots
     k[..., s - s // 3 :, :] = float("nan")  # never read: skipped blocks and masked loads
     module = type("M", (), {"num_key_value_groups": h // hkv})()
-    out, _ = attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5)
+    # live: the slots from s - s // 3 on declared unwritten (200 -> 134, not a multiple of the block)
+    extra = {attention.LIVE_SLOTS: torch.tensor([s - s // 3], dtype=torch.int32, device="cuda")} if live else {}
+    out, _ = attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5, **extra)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1),
         v[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1), attn_mask=keep[..., : s - s // 3],
