@@ -16,5 +16,5 @@ tar czf "$OUT/all.tgz" -C $O .
 cat $O/g0/results_7b.md 2>/dev/null | tail -4
 grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $O/g1/tests.log | tail -24
 grep -v "^triton_live_n" $O/a/log_*.txt | cut -c1-200
-sort -t"'" -k4 $O/a/log_2560.txt | grep "^triton_live_n" | head -3 | cut -c1-200
+sort -t"'" -k3 $O/a/log_2560.txt | grep "^triton_live_n" | head -3 | cut -c1-200
 grep -E "^\{|lm_head|down|gate_up" $O/m/log.txt | cut -c1-250
