@@ -38,6 +38,8 @@ def main() -> None:
     p.add_argument("--valid", type=int, default=2560)
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel over launch configurations")
+    p.add_argument("--programs", type=lambda v: [int(x) for x in v.split(",")], default=[1024, 2048, 4096],
+                   help="target program counts of the --sweep-live (comma-separated)")
     p.add_argument("--sweep-live", action="store_true",
                    help="also time the Triton kernel told the written slots (--valid) over launch configurations")
     p.add_argument("--out", default="/tmp/decode_attention")
@@ -68,7 +70,7 @@ def main() -> None:
         for block_n in (64, 128):
             for warps in (4, 8):
                 for stages in (2, 3, 4):
-                    for programs in (1024, 2048, 4096):
+                    for programs in a.programs:
                         impls[f"triton_live_n{block_n}_w{warps}_s{stages}_p{programs}"] = (
                             lambda bn=block_n, w=warps, st=stages, tp=programs: attention.triton_decode(
                                 qg, k, v, keep2, d**-0.5, live=live, block_n=bn, num_warps=w, num_stages=st,

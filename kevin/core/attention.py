@@ -173,10 +173,11 @@ def grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
 
 
 _KERNELS: tuple | None = None  # (split_kernel, combine_kernel) once `load_triton_kernels` succeeded
-# Launch settings of `triton_attention` (keyword arguments of `triton_decode`): the fastest of the 48 that
-# `benchmarks/decode_attention.py --sweep` timed on an H200 at the 7B decoding shape (0.194 ms per layer, 3.46 TB/s
-# of K and V; benchmarks/results/generation_h200.md, run 6).
-TRITON_CONFIG: dict[str, Any] = {"block_n": 128, "num_warps": 4, "num_stages": 2, "skip": False}
+# Launch settings of `triton_attention` (keyword arguments of `triton_decode`): the fastest of the 36 that
+# `benchmarks/decode_attention.py --sweep-live` timed on an H200 at the 7B decoding shape with 2,560 of 3,072 slots
+# written and the live-slot bound (0.166 ms per layer, 4.05 TB/s of K and V; 0.178 ms with run 6's settings;
+# benchmarks/results/generation_h200.md, run 11).
+TRITON_CONFIG: dict[str, Any] = {"block_n": 64, "num_warps": 4, "num_stages": 2, "skip": False, "target_programs": 1024}
 
 
 def load_triton_kernels() -> bool:
