@@ -82,6 +82,20 @@ def summarize(r) -> dict:
     }
 
 
+def unit_seconds(cache_dir: str, since: float) -> dict:
+    """Seconds per translation unit of the builds ninja finished after ``since`` (epoch seconds), from each build
+    directory's ``.ninja_log`` (start and end ms of every output): {output name: [seconds, ...]}."""
+    units: dict = {}
+    for log in Path(cache_dir, "ext").glob("*/.ninja_log"):
+        if log.stat().st_mtime < since:
+            continue
+        for line in log.read_text().splitlines()[1:]:  # "# ninja log v5", then start, end, mtime, output, hash
+            fields = line.split("\t")
+            if len(fields) >= 4:
+                units.setdefault(fields[3], []).append(round((int(fields[1]) - int(fields[0])) / 1e3, 2))
+    return {name: sorted(v) for name, v in units.items()}
+
+
 def write(out: Path, results: dict) -> None:
     (out / "sandbox_gpu.json").write_text(json.dumps(results, indent=2))
     lines = ["# Sandbox on the GPU", "", f"device: {results.get('device')}", ""]
@@ -183,6 +197,7 @@ def main() -> None:
                                            parallel_checks=args.parallel_checks == "on"))
         stamp = f"{label}-{time.time_ns()}"
         jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]
+        started = time.time()
         t = time.monotonic()
         rs = sb.evaluate_many(jobs)
         wall = time.monotonic() - t
@@ -195,6 +210,8 @@ def main() -> None:
             "parallel_checks": args.parallel_checks == "on",
             # per candidate: seconds since its pipeline started (all start together) at each stage
             "timelines": [r.details.get("timeline") for r in rs],
+            # ninja's own seconds per unit: main.o (the binding, precompiled header) and cuda.cuda.o (nvcc)
+            "unit_seconds": unit_seconds(config.resolved_cache_dir(), started),
         }
         print(label, results[f"evaluate_many_{label}"], flush=True)
         write(out, results)
