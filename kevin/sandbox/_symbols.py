@@ -12,6 +12,11 @@ on the CPU backend, libc functions for files, memory mapping, signals, processes
 loading and raw system calls. (The CUDA backend checks ATen only until a GPU run has confirmed that
 honest CUDA extensions import none of those libc functions, e.g. through a statically linked runtime.)
 Python's C API cannot be judged this way: pybind11's own binding code imports it in every extension.
+
+Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
+and ``syscall`` as well, so the CPU backend rejects honest kernels built there (``benchmarks/results/
+sandbox_h200.md``, runs 15-16; the source is not found: GCC 12 with torch 2.11's headers imports neither). The
+CPU machines this backend is for (GCC 12, torch 2.13) are not affected.
 """
 
 from __future__ import annotations
