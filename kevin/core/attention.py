@@ -14,9 +14,11 @@ for one query token (``query [B, H, 1, D]``, ``key, value [B, Hkv, S, D]``, ``ma
   ``F.scaled_dot_product_attention`` as ``R`` query rows, so a fused kernel never writes the scores.
 - ``"triton"`` (:func:`triton_attention`): a split-KV flash-decoding kernel that never loads a masked cache
   slot (left padding, and the slots past the current position, which a static cache of ``S`` slots holds
-  until the end of generation); scores and softmax in fp32. CUDA only; elsewhere it falls back to
-  ``"grouped"``. Measured on an H200 at the 7B decoding shape: 0.194 ms per layer against 0.358 (grouped),
-  0.275 (grouped_sdpa) and 6.83 (transformers' sdpa) (``benchmarks/results/generation_h200.md``).
+  until the end of generation); told how many slots are written (``kevin_live_slots``), it divides only
+  those among its programs. Scores and softmax in fp32. CUDA only; elsewhere it falls back to
+  ``"grouped"``. Measured on an H200 at the 7B decoding shape with 2,560 of 3,072 slots written: 0.171 ms
+  per layer against 0.191 (all slots divided), 0.357 (grouped), 0.281 (grouped_sdpa) and 6.82 (transformers'
+  sdpa) (``benchmarks/results/generation_h200.md``, run 12).
 
 transformers' own ``sdpa`` cannot use grouped-query attention with a mask, so it copies K and V ``R`` times
 per layer and step: for a static cache that copy dominates decoding. Every function here sends forwards of
