@@ -208,9 +208,9 @@ def sample_static(
     done = torch.zeros(b, dtype=torch.bool, device=device)
     broken = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite log-prob: NaN or inf logits
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
-    extra = {}  # the triton decode attention reads how many slots are written (kevin.core.attention.LIVE_SLOTS)
+    live = None  # [1] int32: slots written once this step's token is (the triton attention divides only those)
     if getattr(model.config, "_attn_implementation", None) == interface_name("triton"):
-        extra[LIVE_SLOTS] = torch.full((1,), p + 1, dtype=torch.int32, device=device)  # slots 0..P of step 0
+        live = torch.full((1,), p + 1, dtype=torch.int32, device=device)  # step 0 writes slot P
     n = max_new_tokens
     for t in range(max_new_tokens):
         token, logprob = sample(logits, temperature, top_p)
@@ -228,12 +228,12 @@ def sample_static(
         if compile:
             torch.compiler.cudagraph_mark_step_begin()
         out = step(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
-                   logits_to_keep=1, **{cache_kw: cache}, **extra)
+                   logits_to_keep=1, **{cache_kw: cache}, **({LIVE_SLOTS: live} if live is not None else {}))
         logits = out.logits[:, -1]
         del out
         position = position + 1
-        if extra:
-            extra[LIVE_SLOTS] = extra[LIVE_SLOTS] + 1
+        if live is not None:
+            live = live + 1
     if bool(broken):
         raise RuntimeError("the model produced NaN or infinite logits while sampling (a non-finite log-prob)")
     return Sampled(tokens[:, :n], logprobs[:, :n])

@@ -96,10 +96,9 @@ def main_cpp_flags(*, with_cuda: bool, extra_cflags: Sequence[str] | None = (),
 
     Asked of torch itself: its ninja writer (``torch.utils.cpp_extension._write_ninja_file_to_build_library``,
     which ``load_inline`` uses) writes a build file into a temporary directory, and its ``cflags`` line, which
-    ninja runs through ``sh``, is split like ``sh`` would. The flags differ between torch versions (torch 2.13
-    compiles with ``-std=c++20``, older ones with ``-std=c++17`` and ``-D_GLIBCXX_USE_CXX11_ABI``), and a PCH
-    built with other flags is silently not used (on the H200 host, whose torch is 2.11, run 14 measured
-    ``main.o`` at 15.3 s alone: no PCH). Raises RuntimeError when the writer is missing or fails.
+    ninja runs through ``sh``, is split like ``sh`` would. The flags differ between torch versions (e.g.
+    ``-std=c++20`` in torch 2.13, ``-std=c++17`` in 2.11), and GCC silently skips a PCH built with other flags.
+    Raises RuntimeError when the writer is missing or fails.
     """
     from torch.utils import cpp_extension as ce
 
@@ -285,8 +284,8 @@ def ensure(cache_dir: str, backend: str, variants: Sequence[Sequence[str]] = DEF
     for extra in variants:
         try:
             flags = main_cpp_flags(with_cuda=backend == "cuda", extra_cflags=extra)
-        except (OSError, RuntimeError) as exc:  # e.g. CUDA_HOME not found
-            logger.info("no precompiled header for %s %s: %s", backend, list(extra), exc)
+        except (OSError, RuntimeError) as exc:  # e.g. CUDA_HOME not found, or torch's ninja writer changed
+            logger.warning("no precompiled header for %s %s: %s", backend, list(extra), exc)
             dirs.append(None)
             continue
         dirs.append(build(root(cache_dir), flags))

@@ -158,7 +158,11 @@ def test_each_decoding_step_tells_the_triton_attention_how_many_cache_slots_are_
 
     monkeypatch.setitem(attention._FUNCTIONS, "triton", spy)
     ids = torch.randint(1, 100, (2, 6))
-    with _attention_implementation(tiny, attention.register("triton")):
-        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=4, cache_length=16)
+    try:
+        with _attention_implementation(tiny, attention.register("triton")):
+            sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=4, cache_length=16)
+    finally:
+        monkeypatch.undo()
+        attention.register("triton")  # transformers' registry gets the real function back
     # prompt in slots 0..5; step t writes slot 6 + t and may attend to slots 0..6 + t: 7, 8, 9 written slots
     assert seen == [7, 8, 9]

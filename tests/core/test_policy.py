@@ -394,7 +394,7 @@ def test_unknown_decode_attention_is_rejected(tok, model):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("live", [False, True])
+@pytest.mark.parametrize("live", ["none", "written", "beyond"])
 @pytest.mark.parametrize("s, pad", [(3072, 1000), (200, 0)])
 def test_triton_decode_matches_grouped_attention_on_cuda(s, pad, live):
     from kevin.core import attention
@@ -402,20 +402,25 @@ def test_triton_decode_matches_grouped_attention_on_cuda(s, pad, live):
     assert attention.load_triton_kernels()
     g = torch.Generator(device="cuda").manual_seed(0)
     b, h, hkv, d = 8, 28, 4, 128
+    n = s - s // 3  # written slots (200 -> 134, not a multiple of the block)
     q = torch.randn(b, h, 1, d, generator=g, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, hkv, s, d, generator=g, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, hkv, s, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    k[..., n:, :], v[..., n:, :] = float("nan"), float("nan")  # never read, or the output is NaN
     keep = torch.ones(b, 1, 1, s, dtype=torch.bool, device="cuda")
     keep[0, ..., :pad] = False  # left padding of row 0
-    keep[..., s - s // 3 :] = False  # the static cache's future slots
-    k[..., s - s // 3 :, :] = float("nan")  # never read: skipped blocks and masked loads
+    extra = {}
+    if live == "written":  # only the live bound keeps the unwritten slots out (the mask keeps them)
+        extra[attention.LIVE_SLOTS] = torch.tensor([n], dtype=torch.int32, device="cuda")
+    else:  # the mask hides the unwritten slots; "beyond": a bound past the cache is clamped to it
+        keep[..., n:] = False
+        if live == "beyond":
+            extra[attention.LIVE_SLOTS] = torch.tensor([s + 7], dtype=torch.int32, device="cuda")
     module = type("M", (), {"num_key_value_groups": h // hkv})()
-    # live: the slots from s - s // 3 on declared unwritten (200 -> 134, not a multiple of the block)
-    extra = {attention.LIVE_SLOTS: torch.tensor([s - s // 3], dtype=torch.int32, device="cuda")} if live else {}
     out, _ = attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5, **extra)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1),
-        v[..., : s - s // 3, :].float().repeat_interleave(h // hkv, 1), attn_mask=keep[..., : s - s // 3],
+        q.float(), k[..., :n, :].float().repeat_interleave(h // hkv, 1),
+        v[..., :n, :].float().repeat_interleave(h // hkv, 1), attn_mask=keep[..., :n],
         scale=d**-0.5).transpose(1, 2)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)  # bf16 probabilities and output
 
