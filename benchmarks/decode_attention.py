@@ -53,6 +53,7 @@ def main() -> None:
     v = torch.randn(b, hkv, s, d, device="cuda", dtype=dt)
     keep = torch.zeros(b, 1, 1, s, dtype=torch.bool, device="cuda")
     keep[..., : a.valid] = True
+    live = torch.tensor([a.valid], dtype=torch.int32, device="cuda")  # the written slots, as the decoding loop passes
     module = type("M", (), {"num_key_value_groups": h // hkv, "is_causal": True})()
     attention.load_triton_kernels()
     impls = {
@@ -63,7 +64,6 @@ def main() -> None:
         "triton_live": lambda: attention.triton_attention(module, q, k, v, keep, scaling=d**-0.5, **{
             attention.LIVE_SLOTS: live})[0],
     }
-    live = torch.tensor([a.valid], dtype=torch.int32, device="cuda")
     if a.sweep_live:
         qg = q.reshape(b, hkv, h // hkv, d).contiguous()
         keep2 = keep[:, 0, 0, :]

@@ -81,9 +81,10 @@ def main() -> None:
                 row["autotune_error"] = repr(e)[:400]
         rows[name] = row
         print(name, row, flush=True)
-    per_layer = {v: sum(rows[s][f"{v}_ms"] for s in ("q", "k", "v", "o", "gate", "up", "down") if f"{v}_ms" in rows[s])
-                 for v in ("cublas", "autotune")}
-    fused = rows["qkv_fused"]["cublas_ms"] + rows["o"]["cublas_ms"] + rows["gate_up_fused"]["cublas_ms"] + rows["down"]["cublas_ms"]
+    layer = ("q", "k", "v", "o", "gate", "up", "down")
+    per_layer = {v: round(sum(rows[s][f"{v}_ms"] for s in layer), 4)  # None when a shape has no time for v
+                 if all(f"{v}_ms" in rows[s] for s in layer) else None for v in ("cublas", "autotune")}
+    fused = sum(rows[s]["cublas_ms"] for s in ("qkv_fused", "o", "gate_up_fused", "down"))
     summary = {"per_layer_ms": per_layer, "per_layer_fused_cublas_ms": round(fused, 4)}
     print(summary, flush=True)
     out = Path(a.out)
