@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_graph_timing.py
+
+from _graph_timing import time_graph  # noqa: E402
 
 
 def main() -> None:
@@ -92,24 +94,7 @@ def main() -> None:
     for name, fn in impls.items():
         try:
             err = (fn().float() - ref).abs().max().item()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(3):
-                    fn()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
-            times = []
-            for _ in range(a.reps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            ms = statistics.median(times)
+            ms = time_graph(fn, a.reps)
             rows[name] = {"ms": round(ms, 4), "GB_per_s": round(bytes_read / ms / 1e6, 1), "max_abs_vs_grouped": err,
                           "x28_layers_ms": round(28 * ms, 2)}
         except Exception as e:  # noqa: BLE001 - report and go on

@@ -12,32 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_graph_timing.py
 
-def time_graph(fn, reps: int) -> float:
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 10)
-    return statistics.median(times)
+from _graph_timing import time_graph  # noqa: E402
 
 
 def main() -> None:
@@ -66,7 +46,7 @@ def main() -> None:
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
         gb = n * k * 2 / 1e9
         row = {"weight_GB": round(gb, 4)}
-        ms = time_graph(lambda: F.linear(x, w, b), a.reps)
+        ms = time_graph(lambda: F.linear(x, w, b), a.reps, calls=10)
         row["cublas_ms"], row["cublas_GB_per_s"] = round(ms, 4), round(gb / ms * 1e3, 1)
         if a.autotune:
             try:
@@ -74,7 +54,7 @@ def main() -> None:
                 fn = torch.compile(lambda x, w, b: F.linear(x, w, b), mode="max-autotune-no-cudagraphs", dynamic=False)
                 ref = F.linear(x, w, b)
                 err = (fn(x, w, b) - ref).abs().max().item()
-                ms = time_graph(lambda: fn(x, w, b), a.reps)
+                ms = time_graph(lambda: fn(x, w, b), a.reps, calls=10)
                 row["autotune_ms"], row["autotune_GB_per_s"], row["autotune_max_abs"] = (
                     round(ms, 4), round(gb / ms * 1e3, 1), err)
             except Exception as e:  # noqa: BLE001 - report and go on
