@@ -24,11 +24,14 @@ Like ``policy.py``, this imports ``transformers`` lazily; ``torch`` is imported 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+
+from kevin.core import fused as _fused
 
 
 @dataclass(frozen=True)
@@ -139,14 +142,25 @@ def compiled_prefill(model: Any) -> Callable[..., Any]:
     return held[1]
 
 
-def compiled_forward(model: Any) -> Callable[..., Any]:
-    """The model's ``__call__`` under ``torch.compile`` (mode "reduce-overhead": CUDA graphs), compiled once per model.
+def compiled_forward(model: Any, fuse: bool = False) -> Callable[..., Any]:
+    """The model's ``__call__`` under ``torch.compile`` with CUDA graphs (mode "reduce-overhead"), compiled once per
+    model and ``fuse``.
 
-    transformers keeps it on the model (``get_compiled_call``), so ``generate`` and this loop share one compile.
+    ``fuse``: compiled with :mod:`kevin.core.fused`'s dedupe pass, so that inside ``fused_projections`` q, k and v
+    are one matmul and gate and up one. Without it, transformers' own compiled call (``get_compiled_call``),
+    which ``generate`` with a static cache shares.
     """
-    if hasattr(model, "get_compiled_call"):
-        return model.get_compiled_call(None)
-    return torch.compile(model.__call__, mode="reduce-overhead")
+    if not fuse:
+        if hasattr(model, "get_compiled_call"):
+            return model.get_compiled_call(None)
+        return torch.compile(model.__call__, mode="reduce-overhead")
+    from kevin.core.fused import compile_options
+
+    held = model.__dict__.get("_kevin_compiled_step")
+    if held is None or held[0] != id(model):  # a deepcopy of the model must not run the original's weights
+        step = torch.compile(model.__call__, dynamic=False, options=compile_options(cuda_graphs=True))
+        held = model.__dict__["_kevin_compiled_step"] = (id(model), step)
+    return held[1]
 
 
 @torch.no_grad()
@@ -163,6 +177,7 @@ def sample_static(
     cache: Any = None,
     compile: bool | None = None,
     compile_prefill: bool | None = None,
+    fuse_projections: bool | None = None,
     check_every: int = 16,
 ) -> Sampled:
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
@@ -171,7 +186,8 @@ def sample_static(
     [B, cache_length] (reset here), or None for the model's own (`model_static_cache`). ``compile`` (default:
     on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through
     :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
-    :func:`compiled_prefill`. Stops early only when every row has produced a stop token (checked every
+    :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
+    matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops early only when every row has produced a stop token (checked every
     ``check_every`` steps).
     """
     from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
@@ -184,11 +200,14 @@ def sample_static(
         compile = device.type == "cuda"
     if compile_prefill is None:
         compile_prefill = compile
+    fuse = bool(compile and (compile if fuse_projections is None else fuse_projections))
     model = _unwrap(model)  # peft: the LoRA layers stay in the unwrapped model
     cache_kw = _cache_keyword(model)
     if cache is None:
         cache = model_static_cache(model, b, cache_length)
     cache.reset()
+    if fuse:
+        _fused.install(model)  # before the prefill: swapping the linears' class later would recompile it
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask
@@ -200,7 +219,7 @@ def sample_static(
     logits = out.logits[:, -1]  # [B, V]
     del out
 
-    step = compiled_forward(model) if compile else model
+    step = compiled_forward(model, fuse=fuse) if compile else model
     sample = compiled_sampler() if compile else sample_logits
     tokens = torch.empty(b, max_new_tokens, dtype=torch.long, device=device)
     logprobs = torch.empty(b, max_new_tokens, dtype=torch.float32, device=device)
@@ -212,28 +231,30 @@ def sample_static(
     if getattr(model.config, "_attn_implementation", None) == interface_name("triton"):
         live = torch.full((1,), p + 1, dtype=torch.int32, device=device)  # step 0 writes slot P
     n = max_new_tokens
-    for t in range(max_new_tokens):
-        token, logprob = sample(logits, temperature, top_p)
-        tokens[:, t] = token
-        logprobs[:, t] = logprob
-        broken |= ~torch.isfinite(logprob).all()
-        if stop.numel():
-            done |= torch.isin(token, stop)
-            if (t + 1) % check_every == 0 and bool(done.all()):
-                n = t + 1
+    fusing = _fused.fused_projections(model) if fuse else contextlib.nullcontext()
+    with fusing:  # refreshes the fused weights from the model's current ones
+        for t in range(max_new_tokens):
+            token, logprob = sample(logits, temperature, top_p)
+            tokens[:, t] = token
+            logprobs[:, t] = logprob
+            broken |= ~torch.isfinite(logprob).all()
+            if stop.numel():
+                done |= torch.isin(token, stop)
+                if (t + 1) % check_every == 0 and bool(done.all()):
+                    n = t + 1
+                    break
+            del logits  # a CUDA-graph output: the next replay overwrites it
+            if t + 1 == max_new_tokens:
                 break
-        del logits  # a CUDA-graph output: the next replay overwrites it
-        if t + 1 == max_new_tokens:
-            break
-        if compile:
-            torch.compiler.cudagraph_mark_step_begin()
-        out = step(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
-                   logits_to_keep=1, **{cache_kw: cache}, **({LIVE_SLOTS: live} if live is not None else {}))
-        logits = out.logits[:, -1]
-        del out
-        position = position + 1
-        if live is not None:
-            live = live + 1
+            if compile:
+                torch.compiler.cudagraph_mark_step_begin()
+            out = step(input_ids=token[:, None], attention_mask=mask, position_ids=position, use_cache=True,
+                       logits_to_keep=1, **{cache_kw: cache}, **({LIVE_SLOTS: live} if live is not None else {}))
+            logits = out.logits[:, -1]
+            del out
+            position = position + 1
+            if live is not None:
+                live = live + 1
     if bool(broken):
         raise RuntimeError("the model produced NaN or infinite logits while sampling (a non-finite log-prob)")
     return Sampled(tokens[:, :n], logprobs[:, :n])
