@@ -13,7 +13,8 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
 - ``policy:generate`` / ``policy:static`` / ``policy:continuous``: ``kevin.core.policy.TransformersPolicy``
   in that mode, with its sampling log-probs recorded (``policy:static`` is what ``mode="auto"`` picks on
   CUDA). ``logprob_check`` compares the recorded log-probs of a few rows with a teacher-forced forward pass.
-  ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.attention.IMPLEMENTATIONS``).
+  ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.attention.IMPLEMENTATIONS``);
+  ``policy:static+unfused`` with ``fuse_projections=False`` (q, k, v, gate and up as separate matmuls).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
   ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
@@ -122,6 +123,8 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
 
         mode = variant.split(":", 1)[1]
         extra = {}
+        if mode.endswith("+unfused"):  # the decoding step without kevin.core.fused's one matmul per group
+            mode, extra["fuse_projections"] = mode[: -len("+unfused")], False
         if "@" in mode:
             mode, impl = mode.split("@", 1)
             extra["decode_attention"] = None if impl == "model" else impl
