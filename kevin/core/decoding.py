@@ -154,11 +154,9 @@ def compiled_forward(model: Any, fuse: bool = False) -> Callable[..., Any]:
         if hasattr(model, "get_compiled_call"):
             return model.get_compiled_call(None)
         return torch.compile(model.__call__, mode="reduce-overhead")
-    from kevin.core.fused import compile_options
-
     held = model.__dict__.get("_kevin_compiled_step")
     if held is None or held[0] != id(model):  # a deepcopy of the model must not run the original's weights
-        step = torch.compile(model.__call__, dynamic=False, options=compile_options(cuda_graphs=True))
+        step = torch.compile(model.__call__, dynamic=False, options=_fused.compile_options(cuda_graphs=True))
         held = model.__dict__["_kevin_compiled_step"] = (id(model), step)
     return held[1]
 
@@ -187,8 +185,8 @@ def sample_static(
     on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through
     :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
     :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
-    matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops early only when every row has produced a stop token (checked every
-    ``check_every`` steps).
+    matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops
+    early only when every row has produced a stop token (checked every ``check_every`` steps).
     """
     from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
 

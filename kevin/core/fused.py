@@ -12,11 +12,13 @@ How, without rewriting transformers' attention or MLP code:
   input (``q_proj, k_proj, v_proj``; ``gate_proj, up_proj``) to `FusableLinear`, and gives the group one
   weight ``W = cat(W_1, ..., W_n)`` ``[sum out_i, in]`` (and bias). With a peft LoRA, these are the base layers
   inside the LoRA layers, whose own forward adds the adapters on top, unchanged.
-- Inside `fused_projections`, a `FusableLinear` that is being compiled computes
+- Inside `fused_projections`, a `FusableLinear` that is being compiled without gradients computes
   ``linear(x, W, b)[..., lo_i:hi_i]``: the same numbers as its own weight gives, read from the group's. The
   siblings then compute the same ``linear(x, W, b)`` from the same ``x``; `DedupeMatmuls`, a pass over the
-  compiled graph, keeps one of each set of identical matmul nodes, so the graph holds one matmul per group.
-  Anywhere else (eager, training, a compile outside the context) it is a plain ``nn.Linear``.
+  compiled graph, keeps one of each set of identical matmul nodes, so the graph holds one matmul per group (when
+  the siblings are in one graph and nothing, such as an autocast, casts between; otherwise each computes the whole
+  fused matmul: the same numbers, more work, and `DedupeMatmuls.removed` stays 0). Anywhere else (eager, with
+  gradients, a compile outside the context) it is a plain ``nn.Linear``.
 - `refresh` (run by `fused_projections` on entry) copies the current weights into the group's ``W`` in place:
   training changes the weights between generations, and the compiled step's CUDA graphs read ``W`` at a fixed
   address. A copy, not a version check: writes through ``.data`` do not bump a tensor's version.
@@ -42,31 +44,41 @@ import torch.nn.functional as F
 from torch import nn
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # sibling projections of one input
-_ACTIVE = False  # set by `fused_projections`; read while a FusableLinear is traced
 
 
 class FusedGroup:
     """One fused weight ``[sum out_i, in]`` (and bias ``[sum out_i]``, or None) for the linears it was built from."""
 
     def __init__(self, linears: list[nn.Linear]) -> None:
-        first = linears[0].weight
         self.linears = linears
         self.bounds = []  # (lo, hi) of each linear's rows in the fused weight
         lo = 0
         for linear in linears:
             self.bounds.append((lo, lo + linear.out_features))
             lo += linear.out_features
-        self.weight = torch.empty(lo, first.shape[1], dtype=first.dtype, device=first.device)
-        has_bias = linears[0].bias is not None
-        self.bias = torch.empty(lo, dtype=first.dtype, device=first.device) if has_bias else None
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        self.active = False  # True inside `fused_projections` of the model that holds this group
+        self.refresh()
+
+    def _allocate(self) -> None:
+        first = self.linears[0].weight
+        rows = self.bounds[-1][1]
+        self.weight = torch.empty(rows, first.shape[1], dtype=first.dtype, device=first.device)
+        has_bias = self.linears[0].bias is not None
+        self.bias = torch.empty(rows, dtype=first.dtype, device=first.device) if has_bias else None
         for t in (self.weight, self.bias):
             if t is not None and t.is_cuda:
                 torch._dynamo.mark_static_address(t)  # CUDA graphs read it in place: never copied per replay
-        self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Copy each linear's current weight (and bias) into its rows of the fused ones."""
+        """Copy each linear's current weight (and bias) into its rows of the fused ones; reallocate them first when
+        the linears have moved to another device or dtype (``model.to(...)``)."""
+        first = self.linears[0].weight
+        if self.weight is None or (self.weight.device, self.weight.dtype) != (first.device, first.dtype):
+            self.weight = self.bias = None  # free the old copy before allocating the new one
+            self._allocate()
         for linear, (lo, hi) in zip(self.linears, self.bounds):
             self.weight[lo:hi].copy_(linear.weight)
             if self.bias is not None:
@@ -74,15 +86,18 @@ class FusedGroup:
 
 
 class FusableLinear(nn.Linear):
-    """An ``nn.Linear`` that, while compiled inside `fused_projections`, reads its output from its group's matmul."""
+    """An ``nn.Linear`` that, while compiled without gradients inside `fused_projections`, reads its output from its
+    group's matmul. A copy of the module made after `install` (``copy.deepcopy(model.q_proj)``, peft's
+    ``modules_to_save``) holds a copy of the group that no context activates, so it computes with its own weight."""
 
     _kevin_group: FusedGroup
-    _kevin_rows: tuple[int, int]
+    _kevin_index: int  # this linear's place in its group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _ACTIVE and torch.compiler.is_compiling():
-            lo, hi = self._kevin_rows
-            return F.linear(x, self._kevin_group.weight, self._kevin_group.bias)[..., lo:hi]
+        group = self._kevin_group
+        if group.active and torch.compiler.is_compiling() and not torch.is_grad_enabled():
+            lo, hi = group.bounds[self._kevin_index]
+            return F.linear(x, group.weight, group.bias)[..., lo:hi]
         return super().forward(x)
 
 
@@ -94,7 +109,8 @@ def _base_linear(module: Any) -> Any:
 
 
 def _fusable(linears: list[Any]) -> bool:
-    """Plain linears of one input width, dtype and device, all with a bias or none, each in no other group."""
+    """Plain linears of one input width, dtype and device, all with a bias or none (a linear already in a group is a
+    `FusableLinear`, not a plain one, so it joins no second group)."""
     if not all(type(m) is nn.Linear for m in linears):  # (quantized or already fused layers are left alone)
         return False
     w = [m.weight for m in linears]
@@ -119,9 +135,9 @@ def install(model: nn.Module) -> list[FusedGroup]:
             if not _fusable(linears):
                 continue
             group = FusedGroup(linears)
-            for linear, rows in zip(linears, group.bounds):
+            for i, linear in enumerate(linears):
                 linear.__class__ = FusableLinear
-                linear._kevin_group, linear._kevin_rows = group, rows
+                linear._kevin_group, linear._kevin_index = group, i
             groups.append(group)
     model.__dict__["_kevin_fused_groups"] = groups
     return groups
@@ -131,17 +147,19 @@ def install(model: nn.Module) -> list[FusedGroup]:
 def fused_projections(model: nn.Module) -> Iterator[list[FusedGroup]]:
     """Within: compiled forwards of ``model`` run one matmul per group; the fused weights are refreshed on entry.
 
-    Yields the groups (empty when the model has none to fuse: then nothing changes).
+    Yields the groups (empty when the model has none to fuse: then nothing changes). Only this model's groups are
+    active (a compiled forward guards on that, so one compiled outside recompiles inside, and back).
     """
-    global _ACTIVE
     groups = install(model)
+    saved = [g.active for g in groups]
     for group in groups:
         group.refresh()
-    saved, _ACTIVE = _ACTIVE, bool(groups) or _ACTIVE
+        group.active = True
     try:
         yield groups
     finally:
-        _ACTIVE = saved
+        for group, was in zip(groups, saved):
+            group.active = was
 
 
 _PURE = (  # deterministic, non-mutating ops a linear lowers to: safe to compute once per identical arguments
@@ -152,6 +170,9 @@ _PURE = (  # deterministic, non-mutating ops a linear lowers to: safe to compute
 
 def dedupe_matmuls(graph: torch.fx.Graph) -> int:
     """Replace every node of `_PURE` ops whose (op, arguments) repeat an earlier node by that node; returns how many.
+
+    Sound for a functional graph (Inductor's post-grad graph before its re-inplacing pass, where the pre pass
+    runs): no node of these ops reads a tensor that a node between the two copies mutates.
 
     In a graph of the fused projections, q's, k's and v's ``linear(x, W, b)`` lower to the same
     ``view(x) -> permute(W) -> addmm(b, ., .)`` chain; in order, each repeated node is replaced by its first copy,

@@ -215,7 +215,7 @@ class TransformersPolicy:
             compile for all prompt lengths; fuses the norms and activations). None: on CUDA only.
         fuse_projections: in mode "static", decode with one matmul for q, k and v and one for gate and up
             (:mod:`kevin.core.fused`; the same numbers, read from a fused copy of those weights, refreshed each
-            call: about 8.5 GB more memory for a 7B model). None: wherever the decoding step is compiled (CUDA).
+            call: about 8 GiB more memory for a 7B model). None: wherever the decoding step is compiled (CUDA).
 
     Every response carries its sampling log-probs (see the module docstring for their exact meaning).
     """

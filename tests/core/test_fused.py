@@ -1,5 +1,7 @@
 """kevin.core.fused: one matmul per group of sibling projections in a compiled forward, the same numbers."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,7 +58,8 @@ def test_install_groups_q_k_v_and_gate_up_of_every_layer(tiny):
     assert len(groups) == 4  # 2 layers x (q, k, v) and (gate, up)
     attn = tiny.model.layers[0].self_attn
     # q: 4 heads x 16 = 64 rows, k and v: 2 KV heads x 16 = 32 rows each -> rows 0-64, 64-96, 96-128
-    assert [attn.q_proj._kevin_rows, attn.k_proj._kevin_rows, attn.v_proj._kevin_rows] == [(0, 64), (64, 96), (96, 128)]
+    assert groups[0].bounds == [(0, 64), (64, 96), (96, 128)]
+    assert [attn.q_proj._kevin_index, attn.k_proj._kevin_index, attn.v_proj._kevin_index] == [0, 1, 2]
     assert groups[0].weight.shape == (128, 64) and groups[0].bias.shape == (128,)
 
 
@@ -90,7 +93,7 @@ def test_entering_the_context_copies_the_current_weights_into_the_fused_ones(tin
     k = tiny.model.layers[1].self_attn.k_proj
     k.weight.data.add_(1.0)  # a write through .data, which no version counter sees
     with fused.fused_projections(tiny):
-        lo, hi = k._kevin_rows
+        lo, hi = groups[2].bounds[k._kevin_index]
         assert torch.equal(groups[2].weight[lo:hi], k.weight)
 
 
@@ -120,3 +123,65 @@ def test_projections_with_and_without_bias_are_not_fused():
             self.v_proj = torch.nn.Linear(8, 4, bias=False)
 
     assert fused.install(torch.nn.Sequential(Attention())) == []
+
+
+def compiled_logits(model, ids):
+    step = torch.compile(model.__call__, options=fused.compile_options(cuda_graphs=False))
+    with torch.no_grad(), fused.fused_projections(model):
+        return step(input_ids=ids).logits
+
+
+def test_the_compiled_forward_follows_a_weight_update(tiny):
+    ids = torch.randint(1, 100, (2, 3))
+    fused.install(tiny)
+    with torch.no_grad():
+        tiny.model.layers[0].mlp.up_proj.weight.mul_(-2.0)  # an optimizer step between two generations
+        expected = tiny(input_ids=ids).logits
+    torch.testing.assert_close(compiled_logits(tiny, ids), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_fused_weights_follow_the_model_to_another_dtype(tiny):
+    ids = torch.randint(1, 100, (2, 3))
+    fused.install(tiny)
+    tiny.to(torch.float64)
+    with torch.no_grad():
+        expected = tiny(input_ids=ids).logits
+    logits = compiled_logits(tiny, ids)
+    assert logits.dtype == torch.float64
+    torch.testing.assert_close(logits, expected)
+
+
+def test_a_projection_copied_after_install_computes_with_its_own_weight(tiny):
+    ids = torch.randint(1, 100, (2, 3))
+    fused.install(tiny)
+    attn = tiny.model.layers[0].self_attn
+    attn.q_proj = copy.deepcopy(attn.q_proj)  # e.g. peft's modules_to_save; its copied group is never refreshed
+    with torch.no_grad():
+        attn.q_proj.weight.add_(0.5)
+        expected = tiny(input_ids=ids).logits
+    torch.testing.assert_close(compiled_logits(tiny, ids), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_forward_with_gradients_is_not_fused(tiny):
+    fused.install(tiny)
+    q = tiny.model.layers[0].self_attn.q_proj
+    x = torch.randn(2, 3, 64)
+    step = torch.compile(q, options=fused.compile_options(cuda_graphs=False))
+    with fused.fused_projections(tiny):
+        step(x).sum().backward()  # unfused: the gradient reaches q's own weight, not the fused copy
+    assert q.weight.grad is not None
+
+
+def test_static_sampling_draws_the_same_tokens_with_and_without_fused_projections():
+    from kevin.core.decoding import sample_static
+
+    tok = build_tiny_tokenizer()
+    ids = torch.randint(1, 100, (2, 5))
+    runs = []
+    for fuse in (False, True):
+        model = build_tiny_model(tok, seed=3).eval()
+        torch.manual_seed(7)
+        runs.append(sample_static(model, ids, torch.ones_like(ids), max_new_tokens=6, cache_length=16, compile=True,
+                                  compile_prefill=False, fuse_projections=fuse))
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    torch.testing.assert_close(runs[0].logprobs, runs[1].logprobs, atol=1e-5, rtol=1e-5)
