@@ -27,7 +27,7 @@ Measured on an H200 (``benchmarks/results/generation_h200.md``; random Qwen2.5-7
 tokens; each pair on one machine): a decoding step 10.24 -> 9.75 ms, the run 16.29 -> 15.76 s (run 14); 10.26 -> 9.78 ms,
 16.31 -> 15.87 s (run 16).
 
-Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB in that run); the refresh copies them once
+Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB in runs 14 and 16); the refresh copies them once
 per generation call.
 
 Like ``policy.py``, this is plumbing for the policy backend; it imports only ``torch``.
