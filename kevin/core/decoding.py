@@ -198,7 +198,7 @@ def sample_static(
         compile = device.type == "cuda"
     if compile_prefill is None:
         compile_prefill = compile
-    fuse = bool(compile and (compile if fuse_projections is None else fuse_projections))
+    fuse = bool(compile) and fuse_projections is not False
     model = _unwrap(model)  # peft: the LoRA layers stay in the unwrapped model
     cache_kw = _cache_keyword(model)
     if cache is None:
