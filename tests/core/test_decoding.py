@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kevin.core.decoding import sample_logits, sample_static, top_p_filter
+from kevin.core.decoding import chunked_argmax, sample_logits, sample_static, top_p_filter
 from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
 
 
@@ -18,6 +18,21 @@ def test_top_p_keeps_the_smallest_set_whose_mass_reaches_top_p():
 def test_top_p_always_keeps_the_most_likely_token():
     scores = torch.tensor([[0.9, 0.1]]).log()  # cumulative ascending 0.1, 1.0; 1 - 0.01 = 0.99 drops only the 0.1
     assert torch.isfinite(top_p_filter(scores, 0.01)).tolist() == [[True, False]]
+
+
+@pytest.mark.parametrize("v", [3, 64, 1000, 1027])  # fewer than the 64 pieces, one per piece, padded, exact
+def test_chunked_argmax_equals_argmax(v):
+    torch.manual_seed(v)
+    x = torch.randn(16, v)
+    assert torch.equal(chunked_argmax(x), x.argmax(-1))
+
+
+def test_chunked_argmax_breaks_ties_at_the_first_index_like_argmax():
+    # 1027 = 64 pieces of 17 (padded); maxima at 5, 40 (piece 2) and 1026 (the last piece): the first wins
+    x = torch.zeros(2, 1027)
+    x[0, [5, 40, 1026]] = 1.0
+    x[1, [1026]] = 1.0
+    assert chunked_argmax(x).tolist() == [5, 1026]
 
 
 def test_sampled_frequencies_match_the_tempered_softmax():
