@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, kevin not installed
 
 
 def single_argmax(logits, temperature: float, top_p: float):

@@ -209,7 +209,7 @@ def sample_static(
     matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps).
     """
-    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
+    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, install_prefill_rotary, interface_name
 
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
@@ -227,6 +227,8 @@ def sample_static(
     cache.reset()
     if fuse:
         _fused.install(model)  # before the prefill: swapping the linears' class later would recompile it
+    if compile_prefill:
+        install_prefill_rotary(model)  # before compiling: the prefill reads one (cos, sin), computed once
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask
