@@ -13,7 +13,6 @@ The arithmetic, per row b (left-padded prompt of ``n_b`` real tokens in ``P`` co
     step t:    token x_t is written to slot P + t at position n_b + t; it attends to the real prompt slots and
                slots P..P+t (causality by slot, padding by the [B, S] mask, which never changes)
     sampling:  log pi = log_softmax(top_p(logits / temperature)); x = argmax_v (log pi_v - log E_v), E_v ~ Exp(1)
-               (computed as argmax_v (s_v - log E_v) for s = top_p(logits / temperature): the same argmax)
 
 The last line is exact categorical sampling (the minimum of exponential clocks E_v / pi_v is clock v with
 probability pi_v), the same draw ``torch.multinomial`` makes for one sample; ``top_p`` keeps the smallest set of
@@ -60,35 +59,26 @@ def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     return scores.masked_fill(drop, float("-inf"))
 
 
-def chunked_argmax(x: torch.Tensor, chunks: int = 64) -> torch.Tensor:
-    """x [B, V] -> the index [B] int64 of each row's first maximum, as ``x.argmax(-1)``, in two reductions.
-
-    The row is cut into ``chunks`` pieces (padded with -inf to a multiple): an argmax within each piece
-    [B, chunks], then over the pieces' maxima. Compiled, the first reduction has B x chunks rows instead of B,
-    so a batch of 128 rows fills the GPU (a single argmax over the 152k-token vocabulary ran as 128 programs).
-    Ties go to the first index, as in ``argmax``: the first piece holding the maximum, its first position.
-    """
-    b, v = x.shape
-    width = -(-v // chunks)  # ceil(V / chunks)
-    if width * chunks != v:
-        x = torch.nn.functional.pad(x, (0, width * chunks - v), value=float("-inf"))
-    best, where = x.view(b, chunks, width).max(dim=-1)  # [B, chunks] each
-    piece = best.argmax(dim=-1, keepdim=True)  # [B, 1]
-    return (piece * width + where.gather(-1, piece)).squeeze(-1)
+@torch.compiler.disable
+def _top_p_filter_eager(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`top_p_filter`, never compiled: Inductor (torch 2.11, CUDA) fails to generate the cumsum of a row as long as a
+    vocabulary (a split scan: "list indices must be integers or slices, not NoneType" for [128, 152064] logits,
+    ``benchmarks/decode_sampler.py`` in run 19 of ``benchmarks/results/generation_h200.md``)."""
+    return top_p_filter(scores, top_p)
 
 
 def sample_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] -> (tokens [B] int64, log pi(token) [B] float32); exact draws from the tempered nucleus.
 
-        s = top_p(logits / temperature);  token = argmax_v (s_v - log E_v), E ~ Exp(1);  log pi = s_token - logsumexp(s)
-
-    (argmax of log pi_v - log E_v is argmax of s_v - log E_v: log pi = s - logsumexp(s) shifts a row by one
-    constant, so the normalisation is only needed for the drawn token.)
+        log pi = log_softmax(top_p(logits / temperature));  token = argmax_v (log pi_v - log E_v),  E ~ Exp(1)
     """
-    scores = top_p_filter(logits.float() / temperature, top_p)  # [B, V]
-    clocks = torch.empty_like(scores).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
-    tokens = chunked_argmax(scores - clocks.log())  # [B]
-    return tokens, scores.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+    scores = logits.float() / temperature  # [B, V]
+    if top_p < 1.0:  # (a Python float: under torch.compile this branch is taken at trace time)
+        scores = _top_p_filter_eager(scores, top_p)
+    logp = torch.log_softmax(scores, dim=-1)  # [B, V]
+    clocks = torch.empty_like(logp).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
+    tokens = (logp - clocks.log()).argmax(dim=-1)  # [B]
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 _compiled_sampler: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -209,7 +199,7 @@ def sample_static(
     matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps).
     """
-    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, install_prefill_rotary, interface_name
+    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
 
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
@@ -227,8 +217,6 @@ def sample_static(
     cache.reset()
     if fuse:
         _fused.install(model)  # before the prefill: swapping the linears' class later would recompile it
-    if compile_prefill:
-        install_prefill_rotary(model)  # before compiling: the prefill reads one (cos, sin), computed once
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kevin.core.decoding import chunked_argmax, sample_logits, sample_static, top_p_filter
+from kevin.core.decoding import sample_logits, sample_static, top_p_filter
 from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
 
 
@@ -18,21 +18,6 @@ def test_top_p_keeps_the_smallest_set_whose_mass_reaches_top_p():
 def test_top_p_always_keeps_the_most_likely_token():
     scores = torch.tensor([[0.9, 0.1]]).log()  # cumulative ascending 0.1, 1.0; 1 - 0.01 = 0.99 drops only the 0.1
     assert torch.isfinite(top_p_filter(scores, 0.01)).tolist() == [[True, False]]
-
-
-@pytest.mark.parametrize("v", [3, 64, 1000, 1027])  # fewer than the 64 pieces, one per piece, padded, exact
-def test_chunked_argmax_equals_argmax(v):
-    torch.manual_seed(v)
-    x = torch.randn(16, v)
-    assert torch.equal(chunked_argmax(x), x.argmax(-1))
-
-
-def test_chunked_argmax_breaks_ties_at_the_first_index_like_argmax():
-    # 1027 = 64 pieces of 17 (padded); maxima at 5, 40 (piece 2) and 1026 (the last piece): the first wins
-    x = torch.zeros(2, 1027)
-    x[0, [5, 40, 1026]] = 1.0
-    x[1, [1026]] = 1.0
-    assert chunked_argmax(x).tolist() == [5, 1026]
 
 
 def test_sampled_frequencies_match_the_tempered_softmax():
@@ -86,6 +71,20 @@ def test_the_compiled_sampler_on_cuda_draws_from_the_tempered_nucleus():
     freq = torch.bincount(tokens, minlength=4).float().cpu() / len(tokens)
     assert torch.allclose(freq, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=0.005)
     torch.testing.assert_close(logprobs.cpu(), torch.tensor([0.625, 0.375]).log()[tokens.cpu()], atol=1e-5, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("top_p", [1.0, 0.95])
+def test_the_compiled_sampler_on_cuda_handles_a_real_vocabulary(top_p):
+    from kevin.core.decoding import compiled_sampler, top_p_filter
+
+    torch.manual_seed(3)
+    logits = (torch.randn(128, 152064, device="cuda") * 3).to(torch.bfloat16)  # Qwen2.5's vocabulary
+    tokens, logprobs = compiled_sampler()(logits, 0.9, top_p)
+    # the drawn token's log-prob under the tempered nucleus, computed eagerly
+    ref = torch.log_softmax(top_p_filter(logits.float() / 0.9, top_p), -1).gather(-1, tokens[:, None]).squeeze(-1)
+    assert torch.isfinite(ref).all()  # every drawn token lies in the nucleus
+    torch.testing.assert_close(logprobs, ref, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("pad", [0, 3])
