@@ -111,11 +111,22 @@ Not defended, and why:
   native code can in principle rewrite the worker, write its own report lines on the pipe, or read the
   worker's memory, including which timed calls are rechecks (a red-team candidate walked the worker's
   Python frames from C++ through pybind11 and computed only on rechecks: 8x reported, with the wall
-  clock consistent, because it really skipped the work). Outputs are still compared byte for byte by the
-  parent against golden outputs the candidate never saw, but speed is not bounded: the static layer,
-  which forbids Python objects, frames and modules in C++ and frame access in Python, is the defence
-  here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
+  clock consistent, because it really skipped the work; a later one reached the same frame in pure Python
+  through a running generator, ``getattr(gen, "gi" + "_frame")``: 55x). Outputs are still compared byte
+  for byte by the parent against golden outputs the candidate never saw, but speed is not bounded: the
+  static layer, which forbids Python objects, frames and modules in C++, frame attributes in Python
+  (also through ``getattr`` with a literal name) and ``getattr``/``setattr``/``hasattr`` with a computed
+  name, is the defence here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
   process can regenerate; it is not built.
+- Compute outside PyTorch's dispatcher is invisible to the runtime inventory: numpy on a tensor's memory
+  (``x.numpy()``), and from C++ ATen's per-backend kernels (``at::cpu::addmm``, declared in
+  ``<ATen/ops/addmm_cpu_dispatch.h>``) and its ``at::native`` functions. A red-team round (stop 13) got
+  both judged correct, numpy at 128x and ``at::cpu::`` reached by argument-dependent lookup from a
+  function the candidate put in ``namespace at``. The static layer now bans numpy and the attributes that
+  hand a tensor to other array libraries (``.numpy``, ``__array__``, ``__dlpack__``), code in PyTorch's
+  namespaces and includes of ATen's per-backend headers; the built-library check rejects imported
+  ``at::<backend>::<op>`` and ``at::native::`` symbols and C++ threads (``std::thread`` starts its thread
+  inside libstdc++, so an extension imports ``std::thread::_M_start_thread``, not ``pthread_create``).
 - The static layer's C++ scan reads source text: it bans the spellings that reviews have used (macro
   calls before ``::``, function pointers to libc, ``syscall`` in inline assembly, ``extern "C"``,
   load-time constructors, digraphs, operator registration), but a new spelling could pass it. The

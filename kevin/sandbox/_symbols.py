@@ -7,7 +7,10 @@ libc function is an undefined symbol of its own name. After the candidate's modu
 parent lists the libraries the candidate process has mapped from the extension cache
 (``/proc/<pid>/maps``) and reads their undefined dynamic symbols with ``nm -D``.
 
-Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views), and,
+Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views); ATen's
+per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda::<op>``, ...) and its native
+implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
+libstdc++); and,
 on the CPU backend, libc functions for files, memory mapping, signals, processes, threads, dynamic
 loading and raw system calls. (The CUDA backend checks ATen only until a GPU run has confirmed that
 honest CUDA extensions import none of those libc functions, e.g. through a statically linked runtime.)
@@ -38,6 +41,14 @@ process_vm_writev prctl setrlimit
 HONEST_CUDA_IMPORTS = frozenset({"open", "syscall"})
 FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
+# ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
+# ``<ATen/ops/clamp_min_cpu_dispatch.h>``: a red-team finding), and its native implementations.
+_ATEN_BACKEND = re.compile(
+    r"^at::(cpu|cuda|meta|mps|xpu|compositeexplicitautograd\w*|compositeimplicitautograd\w*|quantized\w*"
+    r"|sparse\w*|mkldnn\w*|nestedtensor\w*)::(\w+)\(")
+_ATEN_NATIVE = re.compile(r"^at::native::(\w+)")
+# C++ threads (``std::thread`` starts its thread inside libstdc++, so ``pthread_create`` is not imported).
+FORBIDDEN_CPP = ("std::thread::_M_start_thread", "std::thread::detach", "std::jthread", "std::__future_base")
 
 
 _ALLOWED_STRUCTS: frozenset[str] | None = None
@@ -67,6 +78,26 @@ def aten_op_allowed(struct: str) -> bool:
                 structs.add(f"{op}_{overload}" if overload else op)
         _ALLOWED_STRUCTS = frozenset(structs)
     return struct in _ALLOWED_STRUCTS
+
+
+_OP_NAMES: frozenset[str] | None = None
+
+
+def is_aten_op(name: str) -> bool:
+    """Whether ``name`` (of a per-backend ATen function such as ``at::cpu::add_out``) names an ATen operator:
+    its base name, or with ``_out``/``_outf``/``_symint`` dropped, is registered as ``aten::<name>``.
+
+    >>> is_aten_op("clamp_min"), is_aten_op("addmm_out"), is_aten_op("getCurrentDeviceProperties")
+    (True, True, False)
+    """
+    global _OP_NAMES
+    if _OP_NAMES is None:
+        import torch
+
+        _OP_NAMES = frozenset(full.partition("::")[2].partition(".")[0] for full in torch._C._dispatch_get_all_op_names()
+                              if full.startswith("aten::"))
+    base = re.sub(r"(_symint)?(_outf?)?$", "", name)
+    return name in _OP_NAMES or base in _OP_NAMES
 
 
 def mapped_extensions(pid: int, ext_root: str) -> list[str]:
@@ -109,6 +140,13 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
             if m and not aten_op_allowed(m.group(1)):
                 out.append(f"the built extension {name} calls the PyTorch operator aten.{m.group(1)} "
                            "(ATen compute is not allowed; write it in your kernel)")
+            m = _ATEN_BACKEND.match(s)
+            if (m and is_aten_op(m.group(2))) or _ATEN_NATIVE.match(s):
+                op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
+                out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
+                           "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
+            if s.startswith(FORBIDDEN_CPP):
+                out.append(f"the built extension {name} imports {s.split('(')[0]} (threads are not allowed)")
             bare = s.split("(")[0]
             if bare in forbidden:
                 out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "

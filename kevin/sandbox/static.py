@@ -36,7 +36,11 @@ Python rules (by AST, so words inside strings and comments never count):
 - D1/D2/D6: no threads or processes, no ``torch.cuda.Stream``/``stream``/``wait_stream``/
   ``record_stream``, no ``torch.cuda.Event`` and no ``time``/``timeit``, no ``signal``.
 - B7/E4: no ``exec``/``eval``/``compile``/``__import__``/``importlib``, no ``sys.modules``,
-  ``sys._getframe``, ``inspect``, ``gc``, ``ctypes``, no base64/zlib/pickle payloads.
+  ``sys._getframe``, ``inspect``, ``gc``, ``ctypes``, no base64/zlib/pickle payloads; no frame, code or
+  generator attributes (``gi_frame``, ``f_back``, ``f_code``, ...), also through ``getattr`` with a literal
+  name, and no ``getattr``/``setattr``/``delattr``/``hasattr`` with a computed name on any object.
+- A1: no numpy/scipy and no ``.numpy``/``__array__``/``__dlpack__``/``torch.from_dlpack``: compute on a
+  tensor's memory in another library dispatches no PyTorch operator, so the runtime inventory cannot see it.
 - A5: ``load_inline`` is called, and a function of the compiled extension is called on the forward
   path; every name in ``functions=[...]`` is defined in the sources.
 
@@ -57,8 +61,12 @@ or through module-level string variables, comments stripped, object-like ``#defi
 - D1/D7: no stream creation (``cudaStreamCreate*``, ``getStreamFromPool``), no CUDA graphs, no L2
   persistence (access-policy window, ``cudaLimitPersistingL2CacheSize``), no ``cudaDeviceSetLimit``,
   no ``cudaEventDisableTiming``.
-- D2/E4: no ``std::thread``/``std::async``/``fork``/``system``/``popen``/``dlopen``, no token pasting
-  (``##``).
+- D2/E4: no ``std::thread``/``std::async`` (also spelled ``thread(...)`` after ``using namespace std``),
+  ``fork``/``system``/``popen``/``dlopen``, no token pasting (``##``).
+- A2: no code inside PyTorch's namespaces (``namespace at { ... }``: from there ATen's functions are reached
+  by argument-dependent lookup, with no qualifier to scan), no includes of ATen's per-backend kernels and
+  internals (``<ATen/ops/...>``, ``<ATen/CPUFunctions.h>``, ``<ATen/native/...>``), no ``#include`` of a
+  computed name.
 - B6: no ``--use_fast_math``/``-ffast-math``/``-Ofast``/ftz flags, no half/bfloat16/tf32 types.
 
 Not covered (the dynamic gate's job): ghost branches, caching, input mutation, degenerate outputs,
@@ -153,6 +161,8 @@ _BANNED_MODULES = {
                      "h5py", "sqlite3", "dbm", "shelve"], "file access is not allowed; use only your inputs"),
     **dict.fromkeys(["triton", "cupy", "numba", "jax", "tvm"],
                     "other kernel frameworks are not allowed; write CUDA/C++ for load_inline"),
+    **dict.fromkeys(["numpy", "scipy", "tensorflow", "torch_xla"],
+                    "other array libraries are not allowed; compute in your kernel"),
 }
 _BANNED_CALLS = {
     "exec": "dynamic code execution", "eval": "dynamic code execution", "compile": "dynamic code execution",
@@ -166,6 +176,9 @@ _BANNED_CALLS = {
     "torch.save": "file access", "numpy.load": "file access", "numpy.save": "file access",
     "numpy.fromfile": "file access", "numpy.memmap": "file access", "torch.from_file": "file access",
     "torch.from_numpy": "foreign memory (allocate outputs with torch.empty)",
+    "torch.from_dlpack": "foreign memory (allocate outputs with torch.empty)",
+    "torch.utils.dlpack": "handing tensors to other libraries",
+    "operator.attrgetter": "reflective access", "operator.methodcaller": "reflective access",
     "sys.modules": "sys.modules access", "sys._getframe": "frame walking",
     "sys.settrace": "tracing hooks", "sys.setprofile": "tracing hooks", "sys.exit": "early exit",
     "sys.stdout": "output redirection", "sys.addaudithook": "audit hooks",
@@ -180,8 +193,12 @@ _BANNED_ATTRS = {
     "__code__", "__globals__", "__builtins__", "__subclasses__", "__closure__", "f_locals", "f_back",
     "f_globals", "gi_frame", "tb_frame", "__torch_function__", "__torch_dispatch__", "_make_subclass",
     "as_subclass", "__dict__", "__bases__", "__mro__", "__class__", "__setattr__", "__getattribute__",
-    "__delattr__",
+    "__delattr__", "cr_frame", "ag_frame", "f_code", "f_builtins", "f_trace", "gi_code", "tb_next",
+    "__traceback__",
+    # tensors handed to other array libraries (numpy, DLPack): compute there is invisible to the operator inventory
+    "numpy", "__array__", "__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__",
 }
+_REFLECTIVE = ("getattr", "setattr", "delattr", "hasattr")
 _PRIVATE_TORCH = ("torch._C", "torch.utils._python_dispatch", "torch._dispatch", "torch._ops", "torch.library",
                   "torch._library", "torch.overrides")
 _TENSOR_CLASSES = {"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter",
@@ -241,6 +258,7 @@ _CPP_L2 = re.compile(
     r"|cudaStreamSetAttribute|cudaAccessPolicyWindow)\b")
 _CPP_PROCESS = re.compile(
     r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
+    r"|\b(thread|jthread)\s*(?:\w+\s*)?[({]|\basync\s*\("  # also after `using namespace std` (red team)
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
 _CPP_MEMORY = re.compile(
     r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|sigset|sigsetjmp|siglongjmp"
@@ -258,6 +276,14 @@ _CPP_HOOKS = re.compile(
     r"|RecordFunction|addGlobalCallback|addThreadLocalCallback)\b|\.\s*impl\s*\(|torch/library\.h"
     r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:|\?\?=")
 _CPP_EXTERN_C = re.compile(r"\bextern\s*\"C\"")
+# Code placed in PyTorch's own namespaces reaches their functions by argument-dependent lookup with no qualifier
+# the scan could see (``namespace at { Tensor f(const Tensor& x) { return cpu::clamp_min(x, 0); } }``, then
+# ``f(x)``: a red-team finding).
+_CPP_OWN_NAMESPACE = re.compile(r"\bnamespace\s+(?:\w+\s*::\s*)*(at|torch|c10|aten|caffe2)\b(?!\s*=)")
+# Headers of ATen's per-backend kernels (``at::cpu::addmm`` called without the dispatcher) and its internals.
+_CPP_ATEN_INTERNALS = re.compile(
+    r"#\s*include\s*[<\"]\s*(ATen/(?:ops|native|functorch)/[^>\"]*|ATen/(?!Functions\.h)\w*Functions(?:_inl)?\.h)")
+_CPP_COMPUTED_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]+(?![<\"])\S+", re.M)
 _CPP_SYSCALL_TEXT = re.compile(r"\b(syscall|sysenter)\b|\bint\s*\$?0x80\b")  # with strings: inline asm
 _CPP_MACRO_QUALIFIER = re.compile(r"\b(?!(?:decltype|if|while|for|switch|return|sizeof|alignof)\b)([A-Za-z_]\w*)\s*\([^()]*\)\s*::")
 _CPP_PRECISION = re.compile(
@@ -546,7 +572,8 @@ def _check_banned_python(mod: _Module) -> list[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _BANNED_ATTRS:
             out.append(f"defines {node.name} (line {line}): tensor hooks are not allowed; return plain tensors")
         elif isinstance(node, ast.Attribute) and node.attr in _BANNED_ATTRS:
-            out.append(f"accesses .{node.attr} (line {line}): introspection and tensor hooks are not allowed")
+            out.append(f"accesses .{node.attr} (line {line}): introspection, tensor hooks and handing tensors to "
+                       "other array libraries are not allowed")
         elif isinstance(node, ast.Call):
             out += _banned_call(mod, node)
         if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(mod.parents.get(id(node)), ast.Attribute):
@@ -569,11 +596,18 @@ def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
     if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 3:
         out.append(f"type(name, bases, dict) (line {line}): building classes at run time is not allowed; "
                    "write a class statement")
-    if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "delattr") and node.args:
+    if isinstance(node.func, ast.Name) and node.func.id in _REFLECTIVE and node.args:
         target = mod.qualname(node.args[0])
+        name = node.args[1] if len(node.args) > 1 else None
         if target is not None:
             out.append(f"{node.func.id}({target}, ...) (line {line}): reflective access to modules is not "
                        "allowed; name attributes directly")
+        elif not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            out.append(f"{node.func.id}() with a computed attribute name (line {line}): reflective access is not "
+                       "allowed; name attributes directly")  # getattr(gen, "gi" + "_frame"): a red-team finding
+        elif name.value in _BANNED_ATTRS:
+            out.append(f"{node.func.id}(..., {name.value!r}) (line {line}): introspection, tensor hooks and foreign "
+                       "array access are not allowed")
     if isinstance(node.func, ast.Attribute):
         if node.func.attr in _PRECISION_METHODS:
             out.append(f".{node.func.attr}() (line {line}): precision downgrade; keep float32 "
@@ -1280,6 +1314,13 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses", "system calls are not allowed; use only your inputs")
     for m in _CPP_EXTERN_C.finditer(text):
         hit(m, "uses", "C linkage declarations are not allowed; call only what the headers declare")
+    for m in _CPP_OWN_NAMESPACE.finditer(code):
+        hit(m, "opens", "code in PyTorch's namespaces is not allowed (it reaches ATen without a qualifier); "
+                        "use your own namespace")
+    for m in _CPP_ATEN_INTERNALS.finditer(text):  # with strings: #include "ATen/ops/addmm_cpu_dispatch.h"
+        hit(m, "includes", "ATen's per-backend kernels and internals are ATen compute; write it in your kernel")
+    for m in _CPP_COMPUTED_INCLUDE.finditer(text):
+        hit(m, "has", "an #include must name its header in <> or quotes")
     for m in _CPP_HOOKS.finditer(code):
         hit(m, "uses", "operator registration, allocator hooks, load-time constructors and digraphs are not "
                        "allowed; write plain kernels")

@@ -23,6 +23,11 @@ STATIC = [
     "b7_read_reference_frames", "c2_numerics_flags", "c3_monkeypatch_allclose", "c4_patch_input_generator",
     "d2_background_thread", "d3_lazy_tensor_subclass", "d6_timer_monkeypatch", "e2_os_exit_import",
     "e4_obfuscated_exec",
+    # red team, stop 13 (each was judged correct before): ATen's CPU kernel reached by argument-dependent lookup;
+    # numpy compute on dict-laundered tensors; a frame walk through a generator to skip unchecked timed calls;
+    # a native thread spelled `thread` after `using namespace std`
+    "a9_aten_backend_kernel_via_adl", "a10_numpy_compute_on_laundered_tensors", "b11_frame_walk_through_generator",
+    "d7_native_thread_after_using_namespace_std",
 ]
 
 

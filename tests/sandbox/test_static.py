@@ -576,7 +576,7 @@ VARIANTS = {
                  "torch.autocast"),
     "bf16 in CUDA": (dict(cuda_extra="__nv_bfloat16 h = __float2bfloat16(1.0f);"), "__nv_bfloat16"),
     "fast-math pragma": (dict(cuda_extra='\n#pragma GCC optimize("fast-math")\n'), "fast-math"),
-    "numpy compute": (dict(head="import numpy as np", forward="return np.matmul(a, b)"), "numpy.matmul"),
+    "numpy compute": (dict(head="import numpy as np", forward="return np.matmul(a, b)"), "imports numpy"),
     "eval of built name": (dict(forward='return eval("torch.mat" + "mul")(a, b)'), "eval()"),
     "persisting L2 limit": (dict(cuda_extra="cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);"),
                             "cudaLimitPersistingL2CacheSize"),
@@ -789,3 +789,70 @@ def test_rejects_private_dispatch_internals_anywhere_in_the_file():
     # torch._C._DisableTorchDispatch() hid a delegated torch.relu from the runtime inventory
     v = check_format(cuda_candidate(head="HIDE = torch._C._DisableTorchDispatch"))
     assert has(v, "torch._C._DisableTorchDispatch")
+
+
+# --- red team, stop 13 ------------------------------------------------------------------------------
+
+
+def test_rejects_getattr_with_a_computed_name_on_any_object():
+    # getattr(gen, "gi" + "_frame") walked up to the timing loop's frame (a red-team finding)
+    v = check_format(cuda_candidate(forward='''
+        g = (i for i in range(1))
+        frame = getattr(g, "gi" + "_frame")
+        return self.ext.add_forward(a, b)'''))
+    assert has(v, "computed attribute name")
+
+
+def test_rejects_getattr_of_a_literal_frame_attribute():
+    v = check_format(cuda_candidate(forward='''
+        g = (i for i in range(1))
+        frame = getattr(g, "gi_frame")
+        return self.ext.add_forward(a, b)'''))
+    assert has(v, "'gi_frame'")
+
+
+def test_rejects_tensors_handed_to_numpy_without_importing_it():
+    # x.numpy() dispatches no operator; ndarray methods then compute unseen (a red-team finding used np.matmul)
+    v = check_format(cuda_candidate(forward='''
+        box = {0: a}
+        out = self.ext.add_forward(a, b)
+        box[0].numpy().dot(b.numpy())
+        return out'''))
+    assert has(v, "accesses .numpy")
+
+
+def test_rejects_a_numpy_import():
+    assert has(check_format(cuda_candidate(head="import numpy as np")), "imports numpy")
+
+
+def test_rejects_cpp_code_inside_namespace_at():
+    extra = "}\nnamespace at { Tensor twice(const Tensor& x) { return x; } }\nvoid unused() {"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "opens `namespace at`")
+
+
+def test_rejects_an_include_of_aten_per_backend_kernels():
+    src = cuda_candidate().replace("#include <ATen/cuda/CUDAContext.h>",
+                                   "#include <ATen/cuda/CUDAContext.h>\n#include <ATen/ops/addmm_cuda_dispatch.h>")
+    assert has(check_format(src), "ATen/ops/addmm_cuda_dispatch.h")
+
+
+def test_rejects_an_include_of_aten_per_backend_kernels_through_a_macro():
+    src = cuda_candidate().replace("#include <ATen/cuda/CUDAContext.h>",
+                                   "#define HDR <ATen/CUDAFunctions.h>\n#include HDR")  # the macro is expanded first
+    assert has(check_format(src), "ATen/CUDAFunctions.h")
+
+
+def test_rejects_an_include_through_a_function_like_macro():
+    src = cuda_candidate().replace("#include <ATen/cuda/CUDAContext.h>",
+                                   "#define HDR(x) <ATen/x>\n#include HDR(CUDAFunctions.h)")
+    assert has(check_format(src), "#include must name its header")
+
+
+def test_rejects_a_thread_spelled_without_std():
+    extra = "thread([] {}).detach();"  # after `using namespace std;` (a red-team finding)
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "threads, processes")
+
+
+def test_keeps_honest_names_that_contain_thread():
+    extra = "__syncthreads(); int thread_count = threadIdx.x; (void)thread_count;"
+    assert check_format(cuda_candidate(cuda_extra=extra)) == []

@@ -33,3 +33,21 @@ def test_extension_calling_an_aten_compute_op_is_rejected(monkeypatch):
 def test_missing_nm_reports_unchecked(monkeypatch):
     monkeypatch.setattr(_symbols, "undefined_symbols", lambda path: None)
     assert _symbols.violations(["/x/ext.so"], backend="cpu") == ([], False)
+
+
+def test_extension_calling_an_aten_backend_kernel_without_the_dispatcher_is_rejected(monkeypatch):
+    # <ATen/ops/clamp_min_cpu_dispatch.h>: at::cpu::clamp_min never reaches the dispatcher (a red-team finding)
+    found, _ = _judge(monkeypatch, ["at::cpu::clamp_min(at::Tensor const&, c10::Scalar const&)"], "cpu")
+    assert found and "at::cpu::clamp_min" in found[0] and "aten.clamp_min" in found[0]
+
+
+def test_extension_calling_a_cuda_utility_of_at_cuda_passes(monkeypatch):
+    found, _ = _judge(monkeypatch, ["at::cuda::getCurrentDeviceProperties()", "__cudaLaunchKernel"], "cuda")
+    assert found == []
+
+
+def test_extension_starting_a_cpp_thread_is_rejected(monkeypatch):
+    # std::thread starts inside libstdc++: the extension imports _M_start_thread, not pthread_create
+    symbols = ["std::thread::_M_start_thread(std::unique_ptr<std::thread::_State>, void (*)())", "memcpy"]
+    found, _ = _judge(monkeypatch, symbols, "cuda")
+    assert found == ["the built extension ext.so imports std::thread::_M_start_thread (threads are not allowed)"]
