@@ -172,6 +172,35 @@ def compiled_forward(model: Any, fuse: bool = False) -> Callable[..., Any]:
     return held[1]
 
 
+RECOMPILE_LIMIT = 64
+"""Compiled entries allowed per code object while sampling (torch's default is 8): the compiled prefill and each
+(rows, cache length) of the decoding step are entries of one code object (``model.__call__``)."""
+
+
+@contextlib.contextmanager
+def _recompile_limit(limit: int) -> Any:
+    """Dynamo's per-code-object recompile limit raised to at least ``limit`` inside the block."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    with config.patch(**{name: max(getattr(config, name), limit)}):
+        yield
+
+
+@contextlib.contextmanager
+def _own_precision(model: Any, device: torch.device) -> Any:
+    """Inside the block the model runs in its own dtype: autocast off, and a forward that ``accelerate.prepare``
+    wrapped in autocast (it keeps the original as ``_original_forward``) swapped back to the original."""
+    wrapped = model.__dict__.get("forward") if "_original_forward" in model.__dict__ else None
+    if wrapped is not None:
+        model.forward = model.__dict__["_original_forward"]
+    try:
+        with torch.autocast(device.type, enabled=False):
+            yield
+    finally:
+        if wrapped is not None:
+            model.forward = wrapped
+
+
 @torch.no_grad()
 def sample_static(
     model: Any,
@@ -198,7 +227,38 @@ def sample_static(
     :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
     matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps).
+
+    The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
+    wraps a model's forward in (a full fine-tune kept in fp32 under bf16 mixed precision). Under autocast the
+    static cache (the model's dtype) would receive values of another dtype, and the fused projections would
+    not be deduped. Dynamo's recompile limit is raised to `RECOMPILE_LIMIT` inside: each new (rows, cache
+    length) is one more compiled decoding step, and past torch's default of 8 the step silently ran eagerly.
     """
+    with _own_precision(_unwrap(model), input_ids.device), _recompile_limit(RECOMPILE_LIMIT):
+        return _sample_static(model, input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                              cache_length=cache_length, temperature=temperature, top_p=top_p,
+                              stop_token_ids=stop_token_ids, cache=cache, compile=compile,
+                              compile_prefill=compile_prefill, fuse_projections=fuse_projections,
+                              check_every=check_every)
+
+
+def _sample_static(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    cache_length: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_token_ids: Sequence[int] = (),
+    cache: Any = None,
+    compile: bool | None = None,
+    compile_prefill: bool | None = None,
+    fuse_projections: bool | None = None,
+    check_every: int = 16,
+) -> Sampled:
+    """`sample_static` without its precision and recompile-limit contexts."""
     from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
 
     b, p = input_ids.shape

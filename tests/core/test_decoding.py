@@ -180,3 +180,37 @@ def test_each_decoding_step_tells_the_triton_attention_how_many_cache_slots_are_
         attention.register("triton")  # transformers' registry gets the real function back
     # prompt in slots 0..5; step t writes slot 6 + t and may attend to slots 0..6 + t: 7, 8, 9 written slots
     assert seen == [7, 8, 9]
+
+
+def test_an_fp32_model_under_bf16_autocast_samples_in_its_own_dtype(tiny):
+    # a full fine-tune kept in fp32 under bf16 mixed precision (the recipe on CUDA): the fp32 static cache got
+    # bf16 values and index_copy_ raised (a review finding)
+    ids = torch.randint(1, 100, (2, 6))
+    torch.manual_seed(4)
+    plain = sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=5, cache_length=16)
+    torch.manual_seed(4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=5, cache_length=16)
+    assert torch.equal(plain.tokens, mixed.tokens) and torch.equal(plain.logprobs, mixed.logprobs)
+
+
+def test_a_model_prepared_by_accelerate_for_bf16_samples_in_its_own_dtype():
+    accelerate = pytest.importorskip("accelerate")
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(tok, seed=3)
+    model = accelerate.Accelerator(cpu=True, mixed_precision="bf16").prepare(model)  # wraps forward in autocast
+    wrapped = model.forward
+    ids = torch.randint(1, 100, (2, 6))
+    out = sample_static(model.eval(), ids, torch.ones_like(ids), max_new_tokens=5, cache_length=16)
+    assert out.tokens.shape == (2, 5) and torch.isfinite(out.logprobs).all()
+    assert model.forward is wrapped  # the training forward keeps its autocast
+
+
+def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(tiny, monkeypatch):
+    # each cache length compiles one more decoding step; past the limit Dynamo silently ran it eagerly
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)  # raise instead of falling back
+    torch._dynamo.reset()
+    ids = torch.randint(1, 100, (2, 4))
+    for length in (16, 24, 32, 40):  # prefill + 4 steps: 5 entries of one code object, limit 2
+        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=length, compile=True)

@@ -328,6 +328,19 @@ def test_auto_mode_on_cuda_samples_with_exact_logprobs(tok, decode_attention):
 
 
 @pytest.mark.gpu
+def test_static_mode_on_cuda_samples_an_fp32_model_under_bf16_autocast_exactly(tok):
+    # train_multiturn's full fine-tune: fp32 weights, bf16 mixed precision (a review found the static cache crash)
+    model = build_tiny_model(tok, seed=8).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=8, temperature=0.9, mode="static", stop_token_ids=())
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        gens = policy.generate(CONVERSATIONS)
+    for g in gens:  # sampled in fp32: the log-probs are those of an fp32 teacher-forced pass
+        assert len(g.token_ids) == 8
+        torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(model, g, 0.9, 1.0).cpu(),
+                                   atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["generate", "static", "continuous"])
 def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok, mode):
     model = build_tiny_model(tok, seed=6).to("cuda")
