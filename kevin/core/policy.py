@@ -379,10 +379,15 @@ class TransformersPolicy:
             prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
-            if self.decode_attention and getattr(getattr(self.model, "config", None), "_attn_implementation", None) == "sdpa":
+            impl = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
+            if impl not in (None, "eager"):
+                # sdpa: our decode attention. Others (flash-attention-2, flex) are not exact over a static
+                # cache's unwritten tail (flex was off by 0.1 in log-prob on the CPU; flash drops a full-length
+                # all-ones mask): the static loop runs them as sdpa, or our decode attention.
                 from kevin.core.attention import register
 
-                attention = register(self.decode_attention)
+                attention = register(self.decode_attention) if self.decode_attention else "sdpa"
+                attention = None if attention == impl else attention
         ids, mask = left_pad(prompts, longest, self.pad_token_id)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]
