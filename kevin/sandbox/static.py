@@ -258,8 +258,12 @@ _CPP_L2 = re.compile(
     r"|cudaStreamSetAttribute|cudaAccessPolicyWindow)\b")
 _CPP_PROCESS = re.compile(
     r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
-    r"|\b(thread|jthread)\s*(?:\w+\s*)?[({]|\basync\s*\("  # also after `using namespace std` (red team)
+
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
+# After `using namespace std` a thread needs no `std::` (a red-team finding); only then, since `dim3 threads(256)` and
+# the like are common in honest kernels.
+_CPP_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
+_CPP_BARE_THREAD = re.compile(r"\b(thread|jthread)\b\s*(?:\w+\s*)?[({]|\basync\s*\(")
 _CPP_MEMORY = re.compile(
     r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|sigset|sigsetjmp|siglongjmp"
     r"|from_blob|shm_open|memfd_create|syscall|SYS_\w+|__NR_\w+)\b|\bsignal\s*\(|&\s*signal\b")
@@ -1303,6 +1307,9 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses", "L2 persistence and device limits are not allowed; leave the cache alone")
     for m in _CPP_PROCESS.finditer(code):
         hit(m, "uses", "threads, processes and dynamic loading are not allowed")
+    if _CPP_USING_STD.search(code):
+        for m in _CPP_BARE_THREAD.finditer(code):
+            hit(m, "uses", "threads, processes and dynamic loading are not allowed")
     for m in _CPP_PRECISION.finditer(code):
         hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
     for m in _CPP_MEMORY.finditer(code):

@@ -848,11 +848,11 @@ def test_rejects_an_include_through_a_function_like_macro():
     assert has(check_format(src), "#include must name its header")
 
 
-def test_rejects_a_thread_spelled_without_std():
-    extra = "thread([] {}).detach();"  # after `using namespace std;` (a red-team finding)
+def test_rejects_a_thread_spelled_without_std_after_using_namespace_std():
+    extra = "}\nusing namespace std;\nvoid spawn() { thread([] {}).detach();"  # a red-team finding
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "threads, processes")
 
 
 def test_keeps_honest_names_that_contain_thread():
-    extra = "__syncthreads(); int thread_count = threadIdx.x; (void)thread_count;"
+    extra = "__syncthreads(); dim3 threads(16, 16); int thread_count = threadIdx.x; (void)thread_count;"
     assert check_format(cuda_candidate(cuda_extra=extra)) == []
