@@ -206,11 +206,11 @@ def test_a_model_prepared_by_accelerate_for_bf16_samples_in_its_own_dtype():
     assert model.forward is wrapped  # the training forward keeps its autocast
 
 
-def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(tiny, monkeypatch):
-    # each cache length compiles one more decoding step; past the limit Dynamo silently ran it eagerly
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)  # raise instead of falling back
+def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(tiny):
+    # each cache length compiles one more decoding step; past the limit Dynamo silently ran it eagerly.
+    # (config.patch, not monkeypatch: monkeypatch's undo left the config entry hidden for later tests)
     torch._dynamo.reset()
     ids = torch.randint(1, 100, (2, 4))
-    for length in (16, 24, 32, 40):  # prefill + 4 steps: 5 entries of one code object, limit 2
-        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=length, compile=True)
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):  # raise, not fall back
+        for length in (16, 24, 32, 40):  # prefill + 4 steps: 5 entries of one code object, limit 2
+            sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=length, compile=True)
