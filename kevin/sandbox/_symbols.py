@@ -100,6 +100,13 @@ def is_aten_op(name: str) -> bool:
     return name in _OP_NAMES or base in _OP_NAMES
 
 
+def _allocation(name: str) -> bool:
+    """Whether a per-backend function is one of the runtime inventory's allowed ops (``at::cuda::empty``...)."""
+    from ._inventory import ALLOWED
+
+    return re.sub(r"(_symint)?(_outf?)?$", "", name) in ALLOWED
+
+
 def mapped_extensions(pid: int, ext_root: str) -> list[str]:
     """Shared libraries under ``ext_root`` that process ``pid`` has mapped (empty if /proc is unreadable)."""
     root = os.path.realpath(ext_root) + os.sep
@@ -141,7 +148,7 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
                 out.append(f"the built extension {name} calls the PyTorch operator aten.{m.group(1)} "
                            "(ATen compute is not allowed; write it in your kernel)")
             m = _ATEN_BACKEND.match(s)
-            if (m and is_aten_op(m.group(2))) or _ATEN_NATIVE.match(s):
+            if (m and is_aten_op(m.group(2)) and not _allocation(m.group(2))) or _ATEN_NATIVE.match(s):
                 op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
                 out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
                            "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
