@@ -25,6 +25,7 @@ Like ``policy.py``, this imports ``transformers`` lazily; ``torch`` is imported 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -201,6 +202,17 @@ def _own_precision(model: Any, device: torch.device) -> Any:
             model.forward = wrapped
 
 
+def _sampling_contexts(fn: Callable[..., Sampled]) -> Callable[..., Sampled]:
+    """``fn(model, input_ids, ...)`` run inside `_own_precision` and `_recompile_limit` (`RECOMPILE_LIMIT`)."""
+    @functools.wraps(fn)
+    def wrapper(model: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Sampled:
+        with _own_precision(_unwrap(model), input_ids.device), _recompile_limit(RECOMPILE_LIMIT):
+            return fn(model, input_ids, *args, **kwargs)
+
+    return wrapper
+
+
+@_sampling_contexts
 @torch.no_grad()
 def sample_static(
     model: Any,
@@ -234,31 +246,6 @@ def sample_static(
     not be deduped. Dynamo's recompile limit is raised to `RECOMPILE_LIMIT` inside: each new (rows, cache
     length) is one more compiled decoding step, and past torch's default of 8 the step silently ran eagerly.
     """
-    with _own_precision(_unwrap(model), input_ids.device), _recompile_limit(RECOMPILE_LIMIT):
-        return _sample_static(model, input_ids, attention_mask, max_new_tokens=max_new_tokens,
-                              cache_length=cache_length, temperature=temperature, top_p=top_p,
-                              stop_token_ids=stop_token_ids, cache=cache, compile=compile,
-                              compile_prefill=compile_prefill, fuse_projections=fuse_projections,
-                              check_every=check_every)
-
-
-def _sample_static(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    cache_length: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    stop_token_ids: Sequence[int] = (),
-    cache: Any = None,
-    compile: bool | None = None,
-    compile_prefill: bool | None = None,
-    fuse_projections: bool | None = None,
-    check_every: int = 16,
-) -> Sampled:
-    """`sample_static` without its precision and recompile-limit contexts."""
     from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
 
     b, p = input_ids.shape
