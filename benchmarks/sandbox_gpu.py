@@ -69,9 +69,15 @@ def load_candidate(name: str) -> str:
     return re.sub(r"^# include: (\S+)\s*$", lambda m: (CANDIDATES / m.group(1)).read_text(), text, flags=re.MULTILINE)
 
 
-def variant(src: str, tag: str) -> str:
-    """The same kernel with a different comment in its CUDA source: a distinct build."""
-    return src.replace('cuda_honest_source = r"""\n', f'cuda_honest_source = r"""\n// variant {tag}\n', 1)
+def variant(src: str, tag: str, bindings: str = "shared") -> str:
+    """The same kernel with a different comment in its CUDA source: a distinct build. ``bindings="distinct"`` also
+    gives the extension its own name, so its ``main.cpp`` differs too (``-DTORCH_EXTENSION_NAME``) and the object
+    cache (kevin/sandbox/_objcache.py) cannot share it: the worst case, trajectories that name their modules apart."""
+    out = src.replace('cuda_honest_source = r"""\n', f'cuda_honest_source = r"""\n// variant {tag}\n', 1)
+    if bindings == "distinct":
+        suffix = re.sub(r"\W", "_", tag)
+        out = out.replace('name="kevin_test_honest_cuda"', f'name="kevin_test_honest_cuda_{suffix}"', 1)
+    return out
 
 
 def summarize(r) -> dict:
@@ -127,6 +133,9 @@ def main() -> None:
                     help="many/one: before the timed batch, one evaluate_many of an already-built source on the same "
                          "Sandbox (zygote started, golden data cached), so throughput is the steady state of a "
                          "Sandbox kept across rollout turns, not the first call's start-up")
+    ap.add_argument("--bindings", choices=("shared", "distinct"), default="shared",
+                    help="many/one: the candidates declare the same functions under one extension name (shared: their "
+                         "main.cpp is one unit, compiled once by the object cache) or each its own name (distinct)")
     ap.add_argument("--parallel-checks", choices=("on", "off"), default="on",
                     help="SandboxConfig.parallel_checks for the many/one phases")
     args = ap.parse_args()
@@ -207,7 +216,7 @@ def main() -> None:
             t = time.monotonic()
             sb.evaluate_many([(TASK, variant(honest, "steady-warm-up"))])
             warm_s = round(time.monotonic() - t, 2)
-        jobs = [(TASK, variant(honest, f"{stamp}-{i}")) for i in range(n)]
+        jobs = [(TASK, variant(honest, f"{stamp}-{i}", args.bindings)) for i in range(n)]
         started = time.time()
         t = time.monotonic()
         rs = sb.evaluate_many(jobs)
@@ -215,6 +224,7 @@ def main() -> None:
         compile_s = [r.details.get("compile_seconds") for r in rs]
         results[f"evaluate_many_{label}"] = {
             "workers": workers, "candidates": n, "wall_seconds": round(wall, 2), "steady": args.steady,
+            "bindings": args.bindings,
             "warm_up_seconds": warm_s,
             "candidates_per_second": round(n / wall, 4), "statuses": [r.status for r in rs],
             "compile_seconds": compile_s,

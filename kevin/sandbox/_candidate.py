@@ -63,8 +63,10 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
     channel.send("import_begin")
+    cache_dir = os.path.dirname(job["ext_root"])
     _extension.install(job["ext_root"], backend, on_build=lambda path: channel.send("build_dir", path=path),
-                       pch_root=_pch.root(os.path.dirname(job["ext_root"])))
+                       pch_root=_pch.root(cache_dir),
+                       obj_root=os.path.join(cache_dir, "obj") if job.get("object_cache", True) else None)
     try:
         module = _extension.import_candidate(job["candidate"])
     except BaseException as exc:

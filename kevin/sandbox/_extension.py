@@ -15,18 +15,21 @@ and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels ma
 about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
 
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
-has built one for the flags of this call (``CPATH``; the build key and ninja command do not change).
+has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
+the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
+same declarations and flags, other kernels) compile it once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 KEY_ARGS = (
     "name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags",
@@ -79,12 +82,47 @@ def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
         return None
 
 
-def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None) -> None:
+@contextlib.contextmanager
+def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
+    """Within the block, torch compiles ``main.cpp`` through the :mod:`._objcache` shim (``$CXX``), which serves
+    an identical earlier compile from ``obj_root``; no-op for None or when no C++ compiler is found.
+
+    Not thread-safe (it edits ``os.environ``), like `._pch.search_first`.
+    """
+    from . import _objcache, _pch
+
+    cxx = _pch.compiler() if obj_root else None
+    if cxx is None:
+        yield
+        return
+    import torch
+    from torch.utils import cpp_extension as ce
+
+    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", ""), pch_root or ""]
+    env = {
+        "CXX": _objcache.shim(os.path.dirname(obj_root)), _objcache.REAL_CXX: cxx, _objcache.CACHE: obj_root,
+        _objcache.SALT: json.dumps([torch.__version__, torch.version.git_version, ce.include_paths()]),
+        _objcache.ROOTS: os.pathsep.join(r for r in roots if r),
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None,
+            obj_root: str | None = None) -> None:
     """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
-    (None: never use one).
+    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled).
     """
     import torch.utils.cpp_extension as ce
 
@@ -104,7 +142,7 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         arguments["build_directory"] = build_dir
         if on_build is not None:
             on_build(build_dir)
-        with _pch.search_first(main_cpp_pch(pch_root, arguments)):
+        with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):
             return original(**arguments)
 
     load_inline.__doc__ = original.__doc__

@@ -67,6 +67,9 @@ class SandboxConfig:
     """build a precompiled <torch/extension.h> (``._pch``, ~0.8 GB per flag set, built once per toolchain in the
     cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only (on the CPU
     backend, where tests run, the background build would compete with the timings)"""
+    object_cache: bool = True
+    """compile each distinct ``main.cpp`` once across build directories (``._objcache``): candidates that declare
+    the same functions with other kernels share the compiled bindings. False = every build compiles its own"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = a correctness run has its device alone too (the device is still handed on
