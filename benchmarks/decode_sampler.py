@@ -1,5 +1,8 @@
 """The sampler of one decoding step: `kevin.core.decoding.sample_logits` compiled, against a two-stage ("chunked")
-argmax form tried in stop 13 and not kept (it was slower), on the 7B benchmark's logits.
+argmax form tried in stop 13 and not kept (it was slower), a form that never writes the [B, V] log-softmax
+(``lse_gumbel``: token = argmax(s - log E), log pi = s_token - logsumexp(s); the same draw, since a row's logsumexp
+does not move its argmax), and, as a floor that is not a sampler, the argmax of the scores without any noise, on
+the 7B benchmark's logits.
 
 logits [128, 152064] bf16 (one row per sequence, Qwen2.5's vocabulary), temperature 0.9, top-p 1 (the generation
 benchmark's settings) and 0.95. Each variant is compiled as ``compiled_sampler`` compiles it (``dynamic=False``, no
@@ -38,6 +41,27 @@ def chunked_argmax_sampler(logits, temperature: float, top_p: float, chunks: int
     return tokens, scores.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
 
 
+def lse_gumbel_sampler(logits, temperature: float, top_p: float):
+    """token = argmax_v (s_v - log E_v), E ~ Exp(1); log pi = s_token - logsumexp(s), with s the tempered nucleus."""
+    import torch
+
+    from kevin.core.decoding import top_p_filter
+
+    scores = top_p_filter(logits.float() / temperature, top_p)
+    clocks = torch.empty_like(scores).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
+    tokens = (scores - clocks.log()).argmax(dim=-1)
+    return tokens, scores.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+
+
+def argmax_without_noise(logits, temperature: float, top_p: float):
+    """Not a sampler: the greedy token and its log-prob, to see what the passes over the logits cost without noise."""
+    import torch
+
+    scores = logits.float() / temperature
+    tokens = scores.argmax(dim=-1)
+    return tokens, scores.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+
+
 def main() -> None:
     import torch
 
@@ -54,7 +78,9 @@ def main() -> None:
     logits = (torch.randn(a.rows, a.vocab, device="cuda") * 3).to(torch.bfloat16)
     rows = {}
     for top_p in (1.0, 0.95):
-        for name, fn in (("sample_logits", sample_logits), ("chunked_argmax", chunked_argmax_sampler)):
+        variants = [("sample_logits", sample_logits), ("chunked_argmax", chunked_argmax_sampler),
+                    ("lse_gumbel", lse_gumbel_sampler)] + ([("argmax_without_noise", argmax_without_noise)] if top_p == 1.0 else [])
+        for name, fn in variants:
             compiled = torch.compile(fn, dynamic=False)
             try:
                 for _ in range(3):
