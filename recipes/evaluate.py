@@ -141,7 +141,7 @@ def build_policy(cfg: Config):
         return OpenAIPolicy(cfg.api_model, base_url=cfg.api_base_url or "https://api.openai.com/v1",
                             temperature=cfg.temperature, max_tokens=cfg.max_new_tokens)
     if cfg.model == "tiny":
-        from kevin.core.tiny import tiny_policy
+        from kevin.core.policy.tiny import tiny_policy
 
         return tiny_policy(seed=cfg.seed, **sampling)
     if cfg.engine == "vllm":

@@ -17,7 +17,7 @@ Everything except the environment is the library's own training path, exactly as
 ``group_advantages`` (one group per task over all G*T samples) -> ``split_trajectories`` -> ``collate``
 -> old log-probs -> two mini-batch ``grpo_loss`` steps. The environment plugs in through rollout's
 ``build_messages`` / ``parse_response`` hooks and a sandbox object with ``evaluate_many``. The tiny
-policy is the random 2-layer Qwen2 of ``kevin.core.tiny``; each answer is exactly one token
+policy is the random 2-layer Qwen2 of ``kevin.core.policy.tiny``; each answer is exactly one token
 (``TokenPolicy``), so nothing is ever truncated. The same code, with ``--env target`` and one turn,
 is the single-turn sanity check used by ``tests/recipes/test_learning.py``: reward rises when the answer
 itself is rewarded.
@@ -51,7 +51,7 @@ from kevin.core.policy import TransformersPolicy
 from kevin.core.records import turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
-from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 from kevin.data.task import Task
 from kevin.rewards import aggregate_rewards
 from kevin.sandbox.result import EvalResult

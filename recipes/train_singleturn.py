@@ -143,7 +143,7 @@ def build_model(cfg: Config, device: torch.device):
     """(model, tokenizer) for cfg.model, on ``device``, LoRA-wrapped when cfg.lora."""
     dtype = torch.bfloat16 if cfg.bf16 and cfg.lora and device.type == "cuda" else torch.float32
     if cfg.model == "tiny" or cfg.model.startswith("random:"):
-        from kevin.core.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
+        from kevin.core.policy.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
         tokenizer = build_tiny_tokenizer()
         if cfg.model == "tiny":
             model = build_tiny_model(tokenizer, seed=cfg.seed).to(device)

@@ -15,7 +15,7 @@ MODULES = [
     "kevin.core.metrics",
     "kevin.core.policy",
     "kevin.core.rollout",
-    "kevin.core.tiny",
+    "kevin.core.policy.tiny",
     "kevin.core.report",
     "kevin.core.batch",
     "kevin.core.cli",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200-x2 (stop 10, call A): the new static-cache sampling loop (kevin.core.decoding:
+# One device call on nvidia-h200-x2 (stop 10, call A): the new static-cache sampling loop (kevin.core.policy.decoding:
 # compiled dynamic prefill, compiled decode step and sampler, no host sync per token).
 # GPU 0: the 7B benchmark, ours, then a profile of a 32-token call. GPU 1: plain generate on the same 7B setup,
 # then the policy's GPU tests.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on nvidia-h200 (stop 12, call A), one thing at a time on an otherwise idle host:
-# the 7B benchmark with the fused projections (kevin.core.fused, new), plain generate right after, the GPU tests
+# the 7B benchmark with the fused projections (kevin.core.policy.fused, new), plain generate right after, the GPU tests
 # of kevin.core, then (with what time is left) the 7B benchmark without the fused projections.
 set -u
 export PYTHONUNBUFFERED=1

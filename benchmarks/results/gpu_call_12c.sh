@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200 (stop 12, call C), after the review fixes of kevin.core.fused: the GPU tests of
+# One device call on nvidia-h200 (stop 12, call C), after the review fixes of kevin.core.policy.fused: the GPU tests of
 # kevin.core, then the 7B benchmark of ours alone (is run 14's 15.76 s unchanged?).
 set -u
 export PYTHONUNBUFFERED=1

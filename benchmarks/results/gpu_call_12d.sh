@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200 (stop 12, call D): call C's 16.29 s with the review-fixed kevin.core.fused, A/B on one
+# One device call on nvidia-h200 (stop 12, call D): call C's 16.29 s with the review-fixed kevin.core.policy.fused, A/B on one
 # machine: ours with the fused projections, then without.
 set -u
 export PYTHONUNBUFFERED=1

@@ -6,7 +6,7 @@ set -u
 export PYTHONUNBUFFERED=1
 O=/tmp/o; mkdir -p $O/g $O/t $O/m
 timeout 60 python3 benchmarks/decode_sampler.py --out $O/m > $O/m/sampler.log 2>&1
-python3 -c "from kevin.core.tiny import *; from kevin.core.attention import install_prefill_rotary as i; print('rotary modules changed:', i(build_tiny_model(build_tiny_tokenizer())))" > $O/m/rotary.log 2>&1
+python3 -c "from kevin.core.policy.tiny import *; from kevin.core.policy.attention import install_prefill_rotary as i; print('rotary modules changed:', i(build_tiny_model(build_tiny_tokenizer())))" > $O/m/rotary.log 2>&1
 timeout 250 python3 benchmarks/generation.py --shape 7b --variants policy:static --cap-s 240 --budget-s 245 --out $O/g > $O/g/gen.log 2>&1
 timeout 125 python3 benchmarks/generation.py --shape 7b --variants hf_generate --cap-s 120 --budget-s 123 --out $O/g > $O/g/gen_hf.log 2>&1
 left=$((590 - SECONDS))

@@ -78,7 +78,7 @@ def test_a_slice_drops_the_inner_padding_its_rows_do_not_use():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     return build_tiny_model(tok, seed=0), tok

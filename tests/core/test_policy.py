@@ -18,7 +18,7 @@ from kevin.core.policy import (
     left_pad,
     round_up,
 )
-from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -351,7 +351,7 @@ def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok,
     assert all(math.isfinite(x) and x <= 0 for g in gens for x in g.logprobs)
 
 
-# --- decode attention (kevin.core.attention) ----------------------------------------------------------
+# --- decode attention (kevin.core.policy.attention) ----------------------------------------------------------
 
 
 class _Module:
@@ -374,7 +374,7 @@ def _decode_case(mask_kind):
 @pytest.mark.parametrize("implementation", ["grouped", "grouped_sdpa", "triton"])
 @pytest.mark.parametrize("mask_kind", ["bool", "float", "none"])
 def test_decode_attention_equals_sdpa_over_repeated_kv_heads(implementation, mask_kind):
-    from kevin.core import attention
+    from kevin.core.policy import attention
 
     q, k, v, mask, ref = _decode_case(mask_kind)
     fn = {"grouped": attention.grouped_attention, "grouped_sdpa": attention.grouped_sdpa_attention,
@@ -384,7 +384,7 @@ def test_decode_attention_equals_sdpa_over_repeated_kv_heads(implementation, mas
 
 
 def test_prefill_attention_drops_cache_slots_no_query_may_attend():
-    from kevin.core.attention import prefill_attention
+    from kevin.core.policy.attention import prefill_attention
 
     g = torch.Generator().manual_seed(1)
     b, h, hkv, q_len, s, d = 2, 6, 2, 4, 9, 8  # a static cache of 9 slots, a prefill of 4 tokens
@@ -410,7 +410,7 @@ def test_unknown_decode_attention_is_rejected(tok, model):
 @pytest.mark.parametrize("live", ["none", "written", "beyond"])
 @pytest.mark.parametrize("s, pad", [(3072, 1000), (200, 0)])
 def test_triton_decode_matches_grouped_attention_on_cuda(s, pad, live):
-    from kevin.core import attention
+    from kevin.core.policy import attention
 
     assert attention.load_triton_kernels()
     g = torch.Generator(device="cuda").manual_seed(0)

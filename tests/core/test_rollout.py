@@ -201,7 +201,7 @@ def test_real_sandbox_rollout_goes_on_after_a_parse_failure(real_rollout):
 
 
 def test_tiny_policy_rollout_of_two_tasks_two_trajectories_two_turns_runs_end_to_end(add_task, cpu_sandbox):
-    from kevin.core.tiny import tiny_policy
+    from kevin.core.policy.tiny import tiny_policy
 
     other = Task("add2", add_task.source, sizes={"cpu": {"N": 1024}})
     policy = tiny_policy(seed=0, max_new_tokens=24)

@@ -117,7 +117,7 @@ def test_tiny_model_runs_every_configuration_on_the_cpu_and_writes_the_report(tm
 
 @pytest.mark.timeout(240)
 def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_path):
-    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     build_tiny_model(tokenizer).save_pretrained(tmp_path / "ckpt")
@@ -149,7 +149,7 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
     import torch
 
     from kevin.core.checkpoint import checkpoint_path, save_checkpoint
-    from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     evaluate, train = _load_recipe("evaluate"), _load_recipe("train_multiturn")
     # a run of the tiny model (full fine-tuning) whose step-3 checkpoint moved every weight by +0.5

@@ -19,7 +19,7 @@ probability pi_v), the same draw ``torch.multinomial`` makes for one sample; ``t
 tokens whose probability reaches ``top_p``, as transformers' ``TopPLogitsWarper`` does. The recorded log-prob is
 log pi of the drawn token under that final (tempered, truncated) distribution.
 
-Like ``policy.py``, this imports ``transformers`` lazily; ``torch`` is imported at module level.
+Like the policy package itself (``kevin.core.policy``), this imports ``transformers`` lazily; ``torch`` is imported at module level.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kevin.core import fused as _fused
+from kevin.core.policy import fused as _fused
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def compiled_forward(model: Any, fuse: bool = False) -> Callable[..., Any]:
     """The model's ``__call__`` under ``torch.compile`` with CUDA graphs (mode "reduce-overhead"), compiled once per
     model and ``fuse``.
 
-    ``fuse``: compiled with :mod:`kevin.core.fused`'s dedupe pass, so that inside ``fused_projections`` q, k and v
+    ``fuse``: compiled with :mod:`kevin.core.policy.fused`'s dedupe pass, so that inside ``fused_projections`` q, k and v
     are one matmul and gate and up one. Without it, transformers' own compiled call (``get_compiled_call``),
     which ``generate`` with a static cache shares.
     """
@@ -202,6 +202,30 @@ def _own_precision(model: Any, device: torch.device) -> Any:
             model.forward = wrapped
 
 
+DECODE_BLAS = "cublaslt"
+"""torch's BLAS library for the decoding loop on CUDA. At 128 rows cuBLASLt runs a 7B step's linears in 4.04 ms
+against 4.13 ms with cuBLAS (the down projection 0.0434 against 0.0467 ms), and no faster in the prefill (4.96
+against 4.94 s), so the prefill keeps the default (``benchmarks/blas_preference.py``, run 24 of
+``benchmarks/results/generation_h200.md``)."""
+
+
+@contextlib.contextmanager
+def _blas_preference(device: torch.device, library: str) -> Any:
+    """torch's preferred BLAS library set to ``library`` inside the block on a CUDA device, restored after.
+
+    The preference is process-wide while the block lasts (a decoding loop: no other matmul runs in between);
+    a no-op on other devices and builds without CUDA."""
+    if device.type != "cuda" or torch.version.cuda is None:
+        yield
+        return
+    saved = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(saved)
+
+
 def _sampling_contexts(fn: Callable[..., Sampled]) -> Callable[..., Sampled]:
     """``fn(model, input_ids, ...)`` run inside `_own_precision` and `_recompile_limit` (`RECOMPILE_LIMIT`)."""
     @functools.wraps(fn)
@@ -237,7 +261,7 @@ def sample_static(
     on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through
     :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
     :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
-    matmul for q, k and v and one for gate and up (:mod:`kevin.core.fused`; ignored without ``compile``). Stops
+    matmul for q, k and v and one for gate and up (:mod:`kevin.core.policy.fused`; ignored without ``compile``). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps).
 
     The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
@@ -246,7 +270,7 @@ def sample_static(
     not be deduped. Dynamo's recompile limit is raised to `RECOMPILE_LIMIT` inside: each new (rows, cache
     length) is one more compiled decoding step, and past torch's default of 8 the step silently ran eagerly.
     """
-    from kevin.core.attention import LIVE_SLOTS, fresh_prefill, interface_name
+    from kevin.core.policy.attention import LIVE_SLOTS, fresh_prefill, interface_name
 
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
@@ -288,7 +312,9 @@ def sample_static(
         live = torch.full((1,), p + 1, dtype=torch.int32, device=device)  # step 0 writes slot P
     n = max_new_tokens
     fusing = _fused.fused_projections(model) if fuse else contextlib.nullcontext()
-    with fusing:  # refreshes the fused weights from the model's current ones
+    # refreshes the fused weights from the model's current ones; the step's matmuls (captured in its CUDA graphs
+    # at the first call) through `DECODE_BLAS`
+    with fusing, _blas_preference(device, DECODE_BLAS):
         for t in range(max_new_tokens):
             token, logprob = sample(logits, temperature, top_p)
             tokens[:, t] = token

@@ -25,7 +25,7 @@ per layer and step: for a static cache that copy dominates decoding. Every funct
 more than one query token (prefill, training) to transformers' sdpa, after dropping cache slots that no
 query may attend to (:func:`prefill_attention`).
 
-Like ``policy.py``, this module imports ``transformers`` (and ``triton`` for ``"triton"``) lazily, inside the
+Like the policy package itself (``kevin.core.policy``), this module imports ``transformers`` (and ``triton`` for ``"triton"``) lazily, inside the
 functions that need them; unlike the pure core, it is plumbing for the policy backend.
 """
 
@@ -38,7 +38,7 @@ import torch
 
 IMPLEMENTATIONS = ("grouped", "grouped_sdpa", "triton")
 LIVE_SLOTS = "kevin_live_slots"  # forward keyword read by `triton_attention`: how many cache slots are written
-_FRESH_PREFILL: str | None = None  # set by `fresh_prefill` (kevin.core.decoding): None, "padded" or "unpadded"
+_FRESH_PREFILL: str | None = None  # set by `fresh_prefill` (kevin.core.policy.decoding): None, "padded" or "unpadded"
 
 
 @contextlib.contextmanager
@@ -328,7 +328,7 @@ def triton_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     head dim; :func:`grouped_attention` otherwise. Returns ([B, 1, H, D], None).
 
     The keyword ``kevin_live_slots`` ([1] int32, passed through the model's forward by
-    :func:`kevin.core.decoding.sample_static`) is the number of cache slots written so far; see `triton_decode`.
+    :func:`kevin.core.policy.decoding.sample_static`) is the number of cache slots written so far; see `triton_decode`.
     """
     d = query.shape[-1]
     usable = (

@@ -1,7 +1,7 @@
 import torch
 
 from kevin.core.policy import TransformersPolicy
-from kevin.core.tiny import EOS_TOKEN, PAD_TOKEN, build_tiny_model, build_tiny_tokenizer, tiny_policy
+from kevin.core.policy.tiny import EOS_TOKEN, PAD_TOKEN, build_tiny_model, build_tiny_tokenizer, tiny_policy
 
 
 def test_tokenizer_round_trips_code_and_unicode_text_byte_for_byte():
@@ -76,7 +76,7 @@ def test_random_real_architecture_has_the_real_shapes_and_rejects_unknown_names(
     import pytest
     import torch
 
-    from kevin.core.tiny import build_random_model, build_tiny_tokenizer
+    from kevin.core.policy.tiny import build_random_model, build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     with pytest.raises(ValueError, match="qwen2.5-1.5b"):

@@ -14,7 +14,15 @@ Backends:
 - :class:`VLLMPolicy`: vLLM when installed (``pip install vllm``).
 - :class:`OpenAIPolicy`: any OpenAI-compatible ``/v1/chat/completions`` endpoint over ``urllib``, to evaluate
   API models under the same harness (no token ids, no log-probs).
-- ``kevin.core.tiny.tiny_policy()``: a tiny random Qwen2 with a locally trained tokenizer, for CPU runs.
+- ``kevin.core.policy.tiny.tiny_policy()``: a tiny random Qwen2 with a locally trained tokenizer, for CPU runs.
+
+The package holds the backends' plumbing, which imports ``transformers`` (and ``tokenizers``, ``triton``) lazily,
+so that the pure core (``kevin.core`` outside this package and ``rollout``) never does:
+
+- ``decoding``: `sample_static`, the static-cache sampling loop of ``mode="static"`` (the CUDA default);
+- ``attention``: the decode attention it plugs into transformers (a Triton flash-decoding kernel on CUDA);
+- ``fused``: one matmul for q, k and v and one for gate and up in the compiled decoding step;
+- ``tiny``: the tiny random policy and its tokenizer.
 
 Conventions shared by the backends that return token ids:
 
@@ -194,7 +202,7 @@ class TransformersPolicy:
             a 152k vocabulary on an H200, against 0.18 ms at top-p 1 (``benchmarks/results/generation_h200.md``).
         mode: the generation engine.
             ``"generate"``: ``model.generate`` with the default dynamic cache, left padding, one batch.
-            ``"static"``: our own sampling loop (:func:`kevin.core.decoding.sample_static`) over a static KV
+            ``"static"``: our own sampling loop (:func:`kevin.core.policy.decoding.sample_static`) over a static KV
             cache whose size is rounded up to a multiple of ``cache_bucket`` (so successive calls reuse one
             compiled graph); on CUDA the decoding forward is compiled (``torch.compile``, CUDA graphs) and the
             host never waits for a step before queuing the next. Batches are padded to a multiple of 8 rows
@@ -209,14 +217,14 @@ class TransformersPolicy:
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
         continuous_batching_config: a ``transformers.ContinuousBatchingConfig`` for mode "continuous".
         decode_attention: in mode "static", the attention an ``sdpa`` model decodes with, one of
-            ``kevin.core.attention.IMPLEMENTATIONS`` (see that module; all compute the same function up to
+            ``kevin.core.policy.attention.IMPLEMENTATIONS`` (see that module; all compute the same function up to
             rounding), or None to keep transformers' sdpa, which copies the KV cache once per query head at
             every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B decoding step
             against 15.3 for ``"grouped"``); it is ``"grouped"`` wherever Triton or CUDA is missing.
         compile_prefill: in mode "static", run the prefill through ``torch.compile`` with dynamic shapes (one
             compile for all prompt lengths; fuses the norms and activations). None: on CUDA only.
         fuse_projections: in mode "static", decode with one matmul for q, k and v and one for gate and up
-            (:mod:`kevin.core.fused`; the same numbers, read from a fused copy of those weights, refreshed each
+            (:mod:`kevin.core.policy.fused`; the same numbers, read from a fused copy of those weights, refreshed each
             call: about 8 GiB more memory for a 7B model). None: wherever the decoding step is compiled (CUDA).
 
     Every response carries its sampling log-probs (see the module docstring for their exact meaning).
@@ -258,7 +266,7 @@ class TransformersPolicy:
         self.generate_kwargs = dict(generate_kwargs or {})
         self.cache_bucket = int(cache_bucket)
         self.continuous_batching_config = continuous_batching_config
-        from kevin.core.attention import IMPLEMENTATIONS
+        from kevin.core.policy.attention import IMPLEMENTATIONS
 
         if decode_attention is not None and decode_attention not in IMPLEMENTATIONS:
             raise ValueError(f"unknown decode_attention {decode_attention!r}; expected one of {IMPLEMENTATIONS} or None")
@@ -384,7 +392,7 @@ class TransformersPolicy:
                 # sdpa: our decode attention. Others (flash-attention-2, flex) are not exact over a static
                 # cache's unwritten tail (flex was off by 0.1 in log-prob on the CPU; flash drops a full-length
                 # all-ones mask): the static loop runs them as sdpa, or our decode attention.
-                from kevin.core.attention import register
+                from kevin.core.policy.attention import register
 
                 attention = register(self.decode_attention) if self.decode_attention else "sdpa"
                 attention = None if attention == impl else attention
@@ -394,7 +402,7 @@ class TransformersPolicy:
         attention_mask = torch.tensor(mask, dtype=torch.long, device=device)  # [B, P]
 
         if static:
-            from kevin.core.decoding import sample_static
+            from kevin.core.policy.decoding import sample_static
 
             if self.generate_kwargs:
                 logger.warning("mode 'static' does not use generate_kwargs %s", sorted(self.generate_kwargs))

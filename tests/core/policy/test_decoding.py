@@ -1,10 +1,10 @@
-"""kevin.core.decoding: exact sampling from the tempered nucleus, and the static-cache loop's stopping."""
+"""kevin.core.policy.decoding: exact sampling from the tempered nucleus, and the static-cache loop's stopping."""
 
 import pytest
 import torch
 
-from kevin.core.decoding import sample_logits, sample_static, top_p_filter
-from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+from kevin.core.policy.decoding import sample_logits, sample_static, top_p_filter
+from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
 
 def test_top_p_keeps_the_smallest_set_whose_mass_reaches_top_p():
@@ -62,7 +62,7 @@ def test_a_cache_too_short_for_prompt_and_response_is_a_value_error(tiny):
 
 @pytest.mark.gpu
 def test_the_compiled_sampler_on_cuda_draws_from_the_tempered_nucleus():
-    from kevin.core.decoding import compiled_sampler
+    from kevin.core.policy.decoding import compiled_sampler
 
     torch.manual_seed(2)
     logits = torch.tensor([0.5, 0.3, 0.15, 0.05], device="cuda").log().repeat(200_000, 1)
@@ -76,7 +76,7 @@ def test_the_compiled_sampler_on_cuda_draws_from_the_tempered_nucleus():
 @pytest.mark.gpu
 @pytest.mark.parametrize("top_p", [1.0, 0.95])
 def test_the_compiled_sampler_on_cuda_handles_a_real_vocabulary(top_p):
-    from kevin.core.decoding import compiled_sampler, top_p_filter
+    from kevin.core.policy.decoding import compiled_sampler, top_p_filter
 
     torch.manual_seed(3)
     logits = (torch.randn(128, 152064, device="cuda") * 3).to(torch.bfloat16)  # Qwen2.5's vocabulary
@@ -89,7 +89,7 @@ def test_the_compiled_sampler_on_cuda_handles_a_real_vocabulary(top_p):
 
 @pytest.mark.parametrize("pad", [0, 3])
 def test_sampled_logprobs_equal_a_teacher_forced_forward_with_and_without_padding(tiny, pad):
-    from kevin.core.attention import register
+    from kevin.core.policy.attention import register
     from kevin.core.policy import _attention_implementation
 
     torch.manual_seed(4)
@@ -108,7 +108,7 @@ def test_sampled_logprobs_equal_a_teacher_forced_forward_with_and_without_paddin
 def test_an_unpadded_prefill_keeps_the_sliding_window_mask():
     from transformers import MistralConfig, MistralForCausalLM
 
-    from kevin.core.attention import register
+    from kevin.core.policy.attention import register
     from kevin.core.policy import _attention_implementation
 
     torch.manual_seed(0)
@@ -140,7 +140,7 @@ def test_the_models_cache_follows_a_change_of_dtype(tiny):
 def test_a_deepcopy_of_the_model_gets_its_own_compiled_prefill(tiny):
     import copy
 
-    from kevin.core.decoding import compiled_prefill
+    from kevin.core.policy.decoding import compiled_prefill
 
     first = compiled_prefill(tiny)  # torch.compile is lazy: nothing is compiled here
     twin = copy.deepcopy(tiny)
@@ -159,7 +159,7 @@ def test_nan_logits_are_an_error_not_a_silent_token(tiny):
 
 
 def test_each_decoding_step_tells_the_triton_attention_how_many_cache_slots_are_written(tiny, monkeypatch):
-    from kevin.core import attention
+    from kevin.core.policy import attention
     from kevin.core.policy import _attention_implementation
 
     seen = []
@@ -214,3 +214,35 @@ def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(
     with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):  # raise, not fall back
         for length in (16, 24, 32, 40):  # prefill + 4 steps: 5 entries of one code object, limit 2
             sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=length, compile=True)
+
+
+def test_the_decoding_loop_sets_the_blas_preference_on_cuda_only_and_restores_it(monkeypatch):
+    # the preference is process-wide: set inside the block, the caller's value back after, also after an error
+    from kevin.core.policy import decoding
+
+    calls = []
+
+    def preference(library=None):
+        if library is not None:
+            calls.append(library)
+        return "caller's choice"
+
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", preference)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(RuntimeError):
+        with decoding._blas_preference(torch.device("cuda"), "cublaslt"):
+            assert calls == ["cublaslt"]
+            raise RuntimeError("a step failed")
+    assert calls == ["cublaslt", "caller's choice"]
+    with decoding._blas_preference(torch.device("cpu"), "cublaslt"):
+        pass
+    assert calls == ["cublaslt", "caller's choice"]  # the CPU leaves it alone
+
+
+@pytest.mark.gpu
+def test_static_sampling_on_cuda_leaves_the_blas_preference_as_it_found_it():
+    model = build_tiny_model(build_tiny_tokenizer()).to("cuda")
+    before = torch.backends.cuda.preferred_blas_library()
+    ids = torch.randint(1, 100, (2, 4), device="cuda")
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
+    assert torch.backends.cuda.preferred_blas_library() == before

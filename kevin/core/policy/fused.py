@@ -30,7 +30,7 @@ tokens; each pair on one machine): a decoding step 10.24 -> 9.75 ms, the run 16.
 Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB in runs 14 and 16); the refresh copies them once
 per generation call.
 
-Like ``policy.py``, this is plumbing for the policy backend; it imports only ``torch``.
+Like the policy package itself (``kevin.core.policy``), this is plumbing for the policy backend; it imports only ``torch``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""kevin.core.fused: one matmul per group of sibling projections in a compiled forward, the same numbers."""
+"""kevin.core.policy.fused: one matmul per group of sibling projections in a compiled forward, the same numbers."""
 
 import copy
 
@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kevin.core import fused
-from kevin.core.tiny import build_tiny_model, build_tiny_tokenizer
+from kevin.core.policy import fused
+from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
 MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
 
@@ -173,7 +173,7 @@ def test_a_forward_with_gradients_is_not_fused(tiny):
 
 
 def test_static_sampling_draws_the_same_tokens_with_and_without_fused_projections():
-    from kevin.core.decoding import sample_static
+    from kevin.core.policy.decoding import sample_static
 
     tok = build_tiny_tokenizer()
     ids = torch.randint(1, 100, (2, 5))
