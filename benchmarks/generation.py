@@ -14,7 +14,9 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
   in that mode, with its sampling log-probs recorded (``policy:static`` is what ``mode="auto"`` picks on
   CUDA). ``logprob_check`` compares the recorded log-probs of a few rows with a teacher-forced forward pass.
   ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.policy.attention.IMPLEMENTATIONS``);
-  ``policy:static+unfused`` with ``fuse_projections=False`` (q, k, v, gate and up as separate matmuls).
+  ``policy:static+unfused`` with ``fuse_projections=False`` (q, k, v, gate and up as separate matmuls);
+  ``policy:static+cublas`` with the decoding loop's matmuls through torch's default BLAS instead of
+  ``kevin.core.policy.decoding.DECODE_BLAS`` (cuBLASLt).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
   ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
@@ -125,6 +127,10 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         extra = {}
         if mode.endswith("+unfused"):  # the decoding step without kevin.core.policy.fused's one matmul per group
             mode, extra["fuse_projections"] = mode[: -len("+unfused")], False
+        if mode.endswith("+cublas"):  # the decoding loop's matmuls through torch's default BLAS, not DECODE_BLAS
+            from kevin.core.policy import decoding
+
+            mode, decoding.DECODE_BLAS = mode[: -len("+cublas")], "default"
         if "@" in mode:
             mode, impl = mode.split("@", 1)
             extra["decode_attention"] = None if impl == "model" else impl
