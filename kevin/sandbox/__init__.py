@@ -91,7 +91,10 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   for the Sandbox's lifetime: it is never read back from disk, where any candidate could rewrite it.
 - D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
   the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.5 ms (plus a
-  quarter of the loop's own cost).
+  quarter of the loop's own cost). On the CPU backend the lower of that and the same figure from the
+  candidate's CPU clock (read by the parent from /proc, all threads) is checked, so a loaded host, which
+  delays the process without making it compute, does not reject an honest kernel, while work escaping the
+  timed calls still shows.
 - E1-E3: a fresh process and scratch directory per candidate, a scrubbed environment, no secrets in the
   candidate's process; E2 exits and crashes, hangs (timeouts kill the process group) and out-of-memory
   (RLIMIT_AS on CPU, the CUDA allocator's OOM on GPU) become statuses, never a crash of the caller.

@@ -66,22 +66,39 @@ def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
 
 
 def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_overhead_ms: float,
-               config: SandboxConfig) -> dict[str, Any]:
-    """Per-call time implied by the parent's own clock, against the reported median.
+               config: SandboxConfig, backend: str = "cuda") -> dict[str, Any]:
+    """Per-call time implied by the parent's own clocks, against the reported median.
 
     implied = (t_arrival(timing_end) - t_arrival(timing_begin)) / calls - loop_overhead, where the loop
     overhead was measured by the golden process running the identical loop around a trusted copy.
     Fails when implied > max_wall_ratio * reported + (0.5 ms + 25% of the loop overhead): generous, because
     the host side of the loop slows down when other processes (parallel compiles) compete for the CPU.
+
+    On the CPU backend the candidate's own CPU clock, read by the parent on the same two arrivals
+    (`._process.cpu_clock`), gives a second figure, and the lower one is checked: work done outside the timed
+    calls (in the loop, or in another thread of the process) costs CPU time as well as wall time, while time
+    the process spent waiting for a core (a loaded host) costs only wall time. The CPU figure is
+    max(change of the kernel's tick count, change of the live threads' run time) / calls - loop overhead:
+    the tick count includes threads that exited, at 1/CLK_TCK resolution. On CUDA, work can escape to the
+    GPU, where the host's CPU clock does not see it: the wall clock alone decides.
     """
     if "timing_begin" not in messages or "timing_end" not in messages:
         return {"ok": False, "reason": "the timing messages are incomplete"}
-    calls = max(1, int(messages["timing_end"].data.get("n_calls", 1)))
-    implied = (messages["timing_end"].t - messages["timing_begin"].t) * 1e3 / calls - loop_overhead_ms
+    begin, end = messages["timing_begin"], messages["timing_end"]
+    calls = max(1, int(end.data.get("n_calls", 1)))
+    implied_wall = (end.t - begin.t) * 1e3 / calls - loop_overhead_ms
+    implied_cpu = None
+    if backend == "cpu" and begin.cpu is not None and end.cpu is not None:
+        spent = end.cpu[0] - begin.cpu[0]
+        if begin.cpu[1] is not None and end.cpu[1] is not None:
+            spent = max(spent, end.cpu[1] - begin.cpu[1])
+        implied_cpu = spent * 1e3 / calls - loop_overhead_ms
+    implied = implied_wall if implied_cpu is None else min(implied_wall, implied_cpu)
     slack = 0.5 + 0.25 * loop_overhead_ms
     ok = implied <= config.max_wall_ratio * reported_ms + slack
-    return {"ok": ok, "implied_ms": implied, "reported_ms": reported_ms, "loop_overhead_ms": loop_overhead_ms,
-            "reason": "" if ok else (f"the parent's wall clock implies {implied:.4g} ms per call, but the kernel reported "
+    return {"ok": ok, "implied_ms": implied, "implied_wall_ms": implied_wall, "implied_cpu_ms": implied_cpu,
+            "reported_ms": reported_ms, "loop_overhead_ms": loop_overhead_ms,
+            "reason": "" if ok else (f"the parent's clocks imply {implied:.4g} ms per call, but the kernel reported "
                                     f"{reported_ms:.4g} ms (the timer was tampered with or work escaped the timed region)")}
 
 
@@ -257,7 +274,7 @@ class CandidateRun:
         if not isinstance(median, (int, float)) or median != median or median < 0:
             return bad("the timing report is malformed")
         events = {m.event: m for m in self.worker.messages}
-        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config)
+        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config, self.backend)
         self.details["wall_check"] = wall
         if not wall["ok"]:
             return bad(wall["reason"])

@@ -42,12 +42,38 @@ def scrubbed_env(scratch: str, extra: Mapping[str, str] | None = None) -> dict[s
     return env
 
 
+CPU_CLOCKED = ("timing_begin", "timing_end")
+"""Report lines on whose arrival the parent also reads the worker's CPU clock (`cpu_clock`)."""
+
+
+def cpu_clock(pid: int) -> tuple[float, float | None] | None:
+    """CPU seconds process ``pid`` has run so far, as the kernel counts them: (user + system of all its threads,
+    the dead ones included, at 1/CLK_TCK resolution; the sum of its live threads' run time from ``schedstat``, at
+    nanosecond resolution, or None where the kernel keeps no schedstat). None when /proc cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3, utime 14, stime 15
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        live = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                live += int(f.read().split()[0])
+        return ticks, live / 1e9
+    except (OSError, ValueError, IndexError):
+        return ticks, None
+
+
 @dataclass(frozen=True)
 class Message:
-    """One report line: when it arrived (parent monotonic seconds) and what it said."""
+    """One report line: when it arrived (parent monotonic seconds), what it said and, for `CPU_CLOCKED` lines,
+    the worker's `cpu_clock` read on arrival."""
 
     t: float
     data: dict[str, Any]
+    cpu: tuple[float, float | None] | None = None
 
     @property
     def event(self) -> str:
@@ -218,7 +244,8 @@ class Worker:
                         raise ValueError
                 except ValueError:
                     data = {"event": "garbage", "text": line[:200].decode(errors="replace")}
-                self._queue.put(Message(t, data))
+                cpu = cpu_clock(self.proc.pid) if data.get("event") in CPU_CLOCKED and self.proc is not None else None
+                self._queue.put(Message(t, data, cpu))
         self._queue.put(None)
 
     def next(self, deadline: float) -> Message | None:
