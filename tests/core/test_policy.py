@@ -453,6 +453,22 @@ def test_static_mode_reuses_a_kv_cache_length_that_only_grows(tok, model):
     assert policy._cache_len == first and first % 64 == 0
 
 
+def test_static_mode_pads_the_batch_to_a_multiple_of_8_and_waits_only_for_the_real_rows(tok, model, monkeypatch):
+    from kevin.core.policy import decoding
+
+    seen = {}
+    real = decoding.sample_static
+
+    def spy(model, input_ids, attention_mask, **kwargs):
+        seen.update(rows=input_ids.shape[0], wait_rows=kwargs.get("wait_rows"))
+        return real(model, input_ids, attention_mask, **kwargs)
+
+    monkeypatch.setattr(decoding, "sample_static", spy)
+    gens = TransformersPolicy(model, tok, max_new_tokens=3, mode="static").generate(CONVERSATIONS)
+    assert len(gens) == 3
+    assert seen == {"rows": 8, "wait_rows": 3}  # 3 prompts -> 8 rows, 5 of them padding
+
+
 def test_static_mode_samples_a_flex_attention_model_with_exact_logprobs(tok):
     # transformers' flex attention over a static cache attended the unwritten tail: log-probs off by ~0.1 on the
     # CPU (a review finding); the static loop now runs such a model with sdpa (or our decode attention)

@@ -412,7 +412,7 @@ class TransformersPolicy:
                     self.model, input_ids, attention_mask, max_new_tokens=self.max_new_tokens,
                     cache_length=self._cache_len, temperature=self.temperature, top_p=self.top_p,
                     stop_token_ids=self.stop_token_ids, compile_prefill=self.compile_prefill,
-                    fuse_projections=self.fuse_projections,
+                    fuse_projections=self.fuse_projections, wait_rows=n_real,
                 )
             return list(zip(sampled.tokens[:n_real].tolist(), sampled.logprobs[:n_real].tolist()))
 

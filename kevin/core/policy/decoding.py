@@ -253,6 +253,7 @@ def sample_static(
     compile_prefill: bool | None = None,
     fuse_projections: bool | None = None,
     check_every: int = 16,
+    wait_rows: int | None = None,
 ) -> Sampled:
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
 
@@ -262,7 +263,8 @@ def sample_static(
     :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
     :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
     matmul for q, k and v and one for gate and up (:mod:`kevin.core.policy.fused`; ignored without ``compile``). Stops
-    early only when every row has produced a stop token (checked every ``check_every`` steps).
+    early only when every row has produced a stop token (checked every ``check_every`` steps); with ``wait_rows``,
+    when the first ``wait_rows`` rows have (the others are batch padding, whose tokens nobody reads).
 
     The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
     wraps a model's forward in (a full fine-tune kept in fp32 under bf16 mixed precision). Under autocast the
@@ -305,6 +307,8 @@ def sample_static(
     logprobs = torch.empty(b, max_new_tokens, dtype=torch.float32, device=device)
     stop = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
+    if wait_rows is not None:
+        done[wait_rows:] = True  # padding rows never hold the loop back
     broken = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite log-prob: NaN or inf logits
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
     live = None  # [1] int32: slots written once this step's token is (the triton attention divides only those)

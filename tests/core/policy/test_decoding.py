@@ -246,3 +246,19 @@ def test_static_sampling_on_cuda_leaves_the_blas_preference_as_it_found_it():
     ids = torch.randint(1, 100, (2, 4), device="cuda")
     sample_static(model, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
     assert torch.backends.cuda.preferred_blas_library() == before
+
+
+def test_padding_rows_do_not_hold_back_the_early_stop(tiny, monkeypatch):
+    # a sampler that makes rows 0-1 emit the stop token 7 and rows 2-3 (batch padding) token 8 at every step:
+    # waiting for rows 0-1 only, the loop stops at its first check (4 steps); waiting for all rows, it runs 20
+    from kevin.core.policy import decoding
+
+    def scripted(logits, temperature, top_p):
+        tokens = torch.tensor([7, 7, 8, 8])
+        return tokens, torch.zeros(4)
+
+    monkeypatch.setattr(decoding, "sample_logits", scripted)
+    ids = torch.randint(1, 100, (4, 5))
+    run = dict(max_new_tokens=20, cache_length=32, stop_token_ids=[7], check_every=4, compile=False)
+    assert sample_static(tiny, ids, torch.ones_like(ids), wait_rows=2, **run).tokens.shape == (4, 4)
+    assert sample_static(tiny, ids, torch.ones_like(ids), **run).tokens.shape == (4, 20)
