@@ -469,6 +469,23 @@ def test_static_mode_pads_the_batch_to_a_multiple_of_8_and_waits_only_for_the_re
     assert seen == {"rows": 8, "wait_rows": 3}  # 3 prompts -> 8 rows, 5 of them padding
 
 
+def test_static_mode_pads_the_last_chunk_to_the_rows_of_the_others(tok, model, monkeypatch):
+    # batch_size 9: 12 prompts are chunks of 9 and 3; both run as 16 rows (9 -> 16), so the cache keeps one shape
+    from kevin.core.policy import decoding
+
+    seen = []
+    real = decoding.sample_static
+
+    def spy(model, input_ids, attention_mask, **kwargs):
+        seen.append((input_ids.shape[0], kwargs.get("wait_rows")))
+        return real(model, input_ids, attention_mask, **kwargs)
+
+    monkeypatch.setattr(decoding, "sample_static", spy)
+    gens = TransformersPolicy(model, tok, max_new_tokens=2, mode="static", batch_size=9).generate(CONVERSATIONS * 4)
+    assert len(gens) == 12
+    assert seen == [(16, 9), (16, 3)]
+
+
 def test_static_mode_samples_a_flex_attention_model_with_exact_logprobs(tok):
     # transformers' flex attention over a static cache attended the unwritten tail: log-probs off by ~0.1 on the
     # CPU (a review finding); the static loop now runs such a model with sdpa (or our decode attention)

@@ -211,7 +211,8 @@ class TransformersPolicy:
             ``"continuous"``: ``model.generate_batch`` (continuous batching, paged KV cache).
             ``"auto"``: ``"static"`` when the model is on CUDA (the fastest exact path measured, see
             ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
-        batch_size: most conversations per ``generate`` call (None: all at once).
+        batch_size: most conversations per ``generate`` call (None: all at once). In mode "static" a shorter last
+            chunk is padded to the rows of the others, so the KV cache and the compiled graphs keep one shape.
         stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
@@ -333,7 +334,9 @@ class TransformersPolicy:
                 if mode == "continuous":
                     raw = self._continuous(chunk)
                 else:
-                    raw = self._generate(chunk, static=(mode == "static"))
+                    # several chunks: the last one is padded to the others' rows, so that the static KV cache and
+                    # the compiled graphs keep one shape (a new row count reallocates the cache and recaptures)
+                    raw = self._generate(chunk, static=(mode == "static"), rows=size if len(prompts) > size else None)
                 for prompt, (ids, lps) in zip(chunk, raw):
                     out.append(self._finish(prompt, ids, lps))
         finally:
@@ -374,8 +377,12 @@ class TransformersPolicy:
             **extra,
         )
 
-    def _generate(self, prompts: list[list[int]], *, static: bool) -> list[tuple[list[int], list[float]]]:
-        """One left-padded batch through our static-cache loop or HF ``generate``; per-row (ids, logprobs), padding kept."""
+    def _generate(self, prompts: list[list[int]], *, static: bool,
+                  rows: int | None = None) -> list[tuple[list[int], list[float]]]:
+        """One left-padded batch through our static-cache loop or HF ``generate``; per-row (ids, logprobs), padding kept.
+
+        Static: the batch gets ``max(len(prompts), rows)`` rows rounded up to a multiple of 8 (dummy rows, which the
+        loop does not wait for)."""
         import torch
         from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -383,7 +390,7 @@ class TransformersPolicy:
         longest = max(len(p) for p in prompts)
         attention = None
         if static:
-            rows = round_up(n_real, 8)
+            rows = round_up(max(n_real, rows or 0), 8)
             prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
