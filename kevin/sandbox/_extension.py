@@ -89,20 +89,24 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
 
     Not thread-safe (it edits ``os.environ``), like `._pch.search_first`.
     """
-    from . import _objcache, _pch
+    import shutil
 
-    cxx = _pch.compiler() if obj_root else None
+    from . import _objcache
+
+    cxx = shutil.which(os.environ.get("CXX", "c++")) if obj_root else None  # as torch calls it (a ccache link kept)
     if cxx is None:
         yield
         return
     import torch
     from torch.utils import cpp_extension as ce
 
-    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", ""), pch_root or ""]
+    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", "")]
     env = {
         "CXX": _objcache.shim(os.path.dirname(obj_root)), _objcache.REAL_CXX: cxx, _objcache.CACHE: obj_root,
         _objcache.SALT: json.dumps([torch.__version__, torch.version.git_version, ce.include_paths()]),
         _objcache.ROOTS: os.pathsep.join(r for r in roots if r),
+        _objcache.FORBID: os.path.dirname(obj_root),  # the sandbox cache: other builds' files live there
+        _objcache.PCH: pch_root or "",
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -149,7 +149,7 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         save_file(sub, os.path.join(out_dir, "sub.safetensors"))
 
     if job.get("measure_loop", True):
-        meta["loop_overhead_ms"] = loop_overhead_ms(sets, job, device)
+        meta["loop_overhead_ms"], meta["loop_overhead_cpu_ms"] = loop_overhead_ms(sets, job, device)
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
         with torch.no_grad():
@@ -169,10 +169,11 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     return meta
 
 
-def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.device) -> float:
-    """Wall time per call of the timing loop around a trusted copy of the first input: the loop's own cost.
+def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.device) -> tuple[float, float]:
+    """(wall, CPU) ms per call of the timing loop around a trusted copy of the first input: the loop's own cost.
 
-    The parent subtracts it from the per-call wall time it observes around a candidate's timing loop.
+    The parent subtracts them from the per-call wall and CPU times it observes around a candidate's timing loop
+    (each from its own clock: on a loaded host the wall figure grows, the CPU figure does not).
     """
     pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
     first = next((i for i, v in enumerate(pool[0]) if isinstance(v, torch.Tensor)), None)
@@ -181,11 +182,12 @@ def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.d
     # the candidate's loop watches its rechecks with the profiler: the same watch here, so its cost is subtracted
     rng = random.Random(0)
     rechecks = {p: pool[0] for p in rng.sample(range(n_trials), min(int(job.get("n_rechecks", 3)), n_trials))}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     run = timing.time_calls(fn, pool, device=device, n_warmup=n_warmup, n_trials=n_trials,
                             budget_s=float(job["timing"]["budget_s"]), rng=rng, rechecks=rechecks,
                             inventory=_inventory.ProfiledOps)
-    return (time.perf_counter() - t0) * 1e3 / (n_warmup + len(run.samples_ms))
+    calls = n_warmup + len(run.samples_ms)
+    return (time.perf_counter() - t0) * 1e3 / calls, (time.process_time() - c0) * 1e3 / calls
 
 
 def device_name(device: torch.device) -> str:

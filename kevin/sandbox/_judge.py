@@ -66,7 +66,7 @@ def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
 
 
 def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_overhead_ms: float,
-               config: SandboxConfig, backend: str = "cuda") -> dict[str, Any]:
+               config: SandboxConfig, backend: str = "cuda", loop_overhead_cpu_ms: float | None = None) -> dict[str, Any]:
     """Per-call time implied by the parent's own clocks, against the reported median.
 
     implied = (t_arrival(timing_end) - t_arrival(timing_begin)) / calls - loop_overhead, where the loop
@@ -75,12 +75,13 @@ def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_o
     the host side of the loop slows down when other processes (parallel compiles) compete for the CPU.
 
     On the CPU backend the candidate's own CPU clock, read by the parent on the same two arrivals
-    (`._process.cpu_clock`), gives a second figure, and the lower one is checked: work done outside the timed
-    calls (in the loop, or in another thread of the process) costs CPU time as well as wall time, while time
-    the process spent waiting for a core (a loaded host) costs only wall time. The CPU figure is
-    max(change of the kernel's tick count, change of the live threads' run time) / calls - loop overhead:
-    the tick count includes threads that exited, at 1/CLK_TCK resolution. On CUDA, work can escape to the
-    GPU, where the host's CPU clock does not see it: the wall clock alone decides.
+    (`._process.cpu_clock`), gives a second figure: max(change of the tick count, change of the live threads'
+    run time) / calls - the loop's CPU overhead. Work done outside the timed calls (in the loop, or in another
+    thread) costs CPU time as well as wall time, while waiting for a core on a loaded host costs only wall time,
+    so the check takes max(min(wall, cpu), wall / 2): a loaded host can at most halve the wall figure. The CPU
+    figure is used only when nothing else could have worked for the process: no other process in its session
+    or with it as parent at either reading, and no waited-for child's CPU time between them. On CUDA, work can
+    escape to the GPU, where the host's CPU clock does not see it: the wall clock alone decides.
     """
     if "timing_begin" not in messages or "timing_end" not in messages:
         return {"ok": False, "reason": "the timing messages are incomplete"}
@@ -88,12 +89,14 @@ def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_o
     calls = max(1, int(end.data.get("n_calls", 1)))
     implied_wall = (end.t - begin.t) * 1e3 / calls - loop_overhead_ms
     implied_cpu = None
-    if backend == "cpu" and begin.cpu is not None and end.cpu is not None:
-        spent = end.cpu[0] - begin.cpu[0]
-        if begin.cpu[1] is not None and end.cpu[1] is not None:
-            spent = max(spent, end.cpu[1] - begin.cpu[1])
-        implied_cpu = spent * 1e3 / calls - loop_overhead_ms
-    implied = implied_wall if implied_cpu is None else min(implied_wall, implied_cpu)
+    a, b = begin.cpu, end.cpu
+    if backend == "cpu" and a is not None and b is not None and a.company == b.company == 0 and a.reaped == b.reaped:
+        spent = b.ticks - a.ticks
+        if a.live is not None and b.live is not None:
+            spent = max(spent, b.live - a.live)
+        overhead = loop_overhead_ms if loop_overhead_cpu_ms is None else loop_overhead_cpu_ms
+        implied_cpu = spent * 1e3 / calls - overhead
+    implied = implied_wall if implied_cpu is None else max(min(implied_wall, implied_cpu), implied_wall / 2)
     slack = 0.5 + 0.25 * loop_overhead_ms
     ok = implied <= config.max_wall_ratio * reported_ms + slack
     return {"ok": ok, "implied_ms": implied, "implied_wall_ms": implied_wall, "implied_cpu_ms": implied_cpu,
@@ -274,7 +277,9 @@ class CandidateRun:
         if not isinstance(median, (int, float)) or median != median or median < 0:
             return bad("the timing report is malformed")
         events = {m.event: m for m in self.worker.messages}
-        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config, self.backend)
+        cpu_overhead = golden.meta.get("loop_overhead_cpu_ms")
+        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config, self.backend,
+                          None if cpu_overhead is None else float(cpu_overhead))
         self.details["wall_check"] = wall
         if not wall["ok"]:
             return bad(wall["reason"])

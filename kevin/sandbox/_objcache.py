@@ -13,22 +13,31 @@ this file) while torch builds. torch's ninja file uses ``$CXX`` for ``main.cpp``
 nvcc (nvcc's host compiler comes from ``$CC``, which is left alone). For a call of the form torch writes,
 ``-MMD -MF <dep> ... -c <source> -o <object> ...``, the shim computes
 
-    key = sha256(compiler binary (path, size, mtime), the argv with the build directory replaced by a marker,
-                 sha256(source), the include-path variables, $KEVIN_OBJCACHE_SALT (torch version and headers))
+    key = sha256(compiler (as called, and its binary's path, size, mtime), the argv with the build directory
+                 replaced by a marker, sha256(source), the variables GCC reads (include paths, PATH, ...; the
+                 precompiled-header directory replaced by a marker), $KEVIN_OBJCACHE_SALT (torch's version, headers))
 
 and serves ``<cache>/obj/<key>.o`` with its dependency file (the build directory substituted back) when present;
 otherwise it takes ``<key>.lock`` (concurrent identical compiles wait for the first instead of repeating it),
 runs the real compiler and stores the result. Every other call (the link, ``-dumpfullversion``, ``-v``) runs the
-real compiler unchanged. Nothing is stored when the compile fails or when the dependency file names a header
-outside the stable roots of ``$KEVIN_OBJCACHE_ROOTS`` (torch, Python, the system, CUDA, the precompiled
-headers): a unit that includes a file beside it is compiled every time.
+real compiler unchanged, and so does any compile when the cache cannot be read or written.
 
-Safety: the key holds everything the object depends on that can differ between two build directories (the
-source bytes, every flag including ``-DTORCH_EXTENSION_NAME``, the compiler, the headers' version); the
-precompiled header is left out because ``main.o`` is byte-identical with and without it (:mod:`._pch`).
-Candidates run as the same user and could rewrite this cache, as they could rewrite ``<cache>/ext``; the
-static layer forbids file access. ``tests/sandbox/test_objcache.py`` drives the shim with a fake compiler
-that counts its calls, and with the real one.
+What is never stored (`cacheable`; a ``<key>.skip`` marker then lets later identical compiles skip the lock):
+a failed compile; a unit whose dependency file names a file outside the stable roots of
+``$KEVIN_OBJCACHE_ROOTS`` (torch, Python, the system, CUDA; the precompiled headers) or inside the build
+directory or the sandbox cache (``$KEVIN_OBJCACHE_FORBID``); a call whose include, sysroot, prefix or plugin
+flags name such a place, or that reads a response file (``@file``); a source that mentions ``asm``, ``incbin``
+or ``#embed`` (an assembler ``.incbin`` of a file beside it appears in no dependency file). GCC leaves headers of
+system directories out of ``-MMD`` output: that is safe because such directories can only come from the
+flags checked here, or from the variables in the key.
+
+Safety: the key holds what the object depends on that can differ between two build directories; the
+precompiled header is left out because ``main.o`` is byte-identical with and without it (:mod:`._pch`). Not
+byte-identical: a ``__FILE__`` in ``main.cpp`` (e.g. a ``TORCH_CHECK`` in a CPU candidate's kernel) names the
+build directory of the first compile, which only shows in error messages. Candidates run as the same user and
+could rewrite this cache, as they could rewrite ``<cache>/ext``; here one rewritten object would reach every
+later extension with the same bindings. The static layer forbids file access. ``tests/sandbox/test_objcache.py``
+drives the shim with a fake compiler that counts its calls, and with the real one.
 """
 
 from __future__ import annotations
@@ -43,34 +52,41 @@ import sys
 import tempfile
 
 REAL_CXX = "KEVIN_OBJCACHE_CXX"
-"""the compiler the shim stands for (an absolute path)"""
+"""the compiler the shim stands for, as torch would call it (``shutil.which($CXX)``, a ccache wrapper kept)"""
 CACHE = "KEVIN_OBJCACHE_DIR"
 """where objects are stored; unset or empty: pass every call through"""
 SALT = "KEVIN_OBJCACHE_SALT"
 """what else the object depends on (torch's version and include directory)"""
 ROOTS = "KEVIN_OBJCACHE_ROOTS"
 """os.pathsep-separated directories whose headers are fixed for a salt; a dependency elsewhere: not stored"""
-SHIM_NAME = "kevin-g++"  # torch accepts a compiler whose resolved path contains "g++" without probing it
+FORBID = "KEVIN_OBJCACHE_FORBID"
+"""os.pathsep-separated directories under the roots that still do not count as stable (the sandbox cache)"""
+PCH = "KEVIN_OBJCACHE_PCH"
+"""the precompiled headers' root: stable, and replaced by a marker in ``CPATH`` for the key"""
 MARK = "\x00BUILD\x00"
-ENV_KEYED = ("CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH")
+ENV_KEYED = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+             "PATH", "SOURCE_DATE_EPOCH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "GCC_COMPARE_DEBUG")
+PATH_FLAGS = sorted(("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix", "-iwithprefix",
+                     "-iwithprefixbefore", "-isysroot", "--sysroot", "-B"), key=len, reverse=True)
+"""flags whose value is a file or directory the compiler reads (separate or joined, ``--sysroot=`` too)"""
+REFUSED_FLAGS = ("-fplugin", "-specs", "-wrapper", "--specs")
+SOURCE_WORDS = (b"asm", b"incbin", b"#embed")
+
+
+def _shim_text() -> str:
+    return f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I {shlex.quote(os.path.abspath(__file__))} \"$@\"\n"
 
 
 def shim(cache_dir: str) -> str:
-    """The shim executable for ``$CXX`` (written once into ``<cache_dir>/bin``); its path."""
-    path = os.path.join(cache_dir, "bin", SHIM_NAME)
-    text = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I {shlex.quote(os.path.abspath(__file__))} \"$@\"\n"
-    try:
-        with open(path) as f:
-            if f.read() == text:
-                return path
-    except OSError:
-        pass
+    """The shim executable for ``$CXX`` (written once into ``<cache_dir>/bin``, named for its text, so that two
+    installs sharing a cache never rewrite each other's); its path. torch accepts a compiler whose resolved path
+    contains "g++" without probing it."""
+    text = _shim_text()
+    path = os.path.join(cache_dir, "bin", f"kevin-{hashlib.sha256(text.encode()).hexdigest()[:12]}-g++")
+    if os.path.isfile(path):
+        return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file, never half of one
+    _write(path, text.encode(), mode=0o755)
     return path
 
 
@@ -93,15 +109,77 @@ def parse(argv: list[str]) -> tuple[str, str, str] | None:
     return found["-c"], found["-o"], found["-MF"]
 
 
+def flag_paths(argv: list[str]) -> list[str] | None:
+    """The paths that `PATH_FLAGS` give the compiler, or None for a call the cache does not take (a response file,
+    a plugin or specs file).
+
+    >>> flag_paths(["-isystem", "/t/include", "-I.", "--sysroot=/s", "-O2"])
+    ['/t/include', '.', '/s']
+    >>> flag_paths(["@args.rsp"]) is None
+    True
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("@") or arg.startswith(REFUSED_FLAGS):
+            return None
+        for flag in PATH_FLAGS:
+            if arg == flag:
+                if i + 1 < len(argv):
+                    out.append(argv[i + 1])
+                i += 1
+                break
+            if arg.startswith(flag):
+                out.append(arg[len(flag):].removeprefix("="))
+                break
+        i += 1
+    return out
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(os.path.join(d, "")) for d in dirs)
+
+
+def cacheable(deps: list[str], source: str, argv: list[str], env: dict[str, str]) -> bool:
+    """Whether the object of this compile depends only on what the key holds (see the module docstring).
+
+    ``deps``: the prerequisites of its dependency file; ``env``: the variables of this module's protocol.
+    """
+    roots = [os.path.realpath(r) for r in env.get(ROOTS, "").split(os.pathsep) if r]
+    pch = [os.path.realpath(env[PCH])] if env.get(PCH) else []
+    forbid = [os.path.realpath(d) for d in env.get(FORBID, "").split(os.pathsep) if d]
+    forbid.append(os.path.realpath(os.path.dirname(source)))
+
+    def stable(path: str) -> bool:
+        if not os.path.isabs(path):
+            return False
+        return _under(path, pch) or (_under(path, roots) and not _under(path, forbid))
+
+    paths = flag_paths(argv)
+    if paths is None or not all(stable(p) for p in paths):
+        return False
+    with open(source, "rb") as f:
+        text = f.read()
+    if any(word in text for word in SOURCE_WORDS):
+        return False
+    return all(stable(d) for d in deps if d != source)
+
+
 def key(cxx: str, argv: list[str], source: str) -> str:
     """The content key of one compile (see the module docstring)."""
     build = os.path.dirname(source)
-    st = os.stat(cxx)
+    real = os.path.realpath(cxx)
+    st = os.stat(real)
     with open(source, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
-    payload = [cxx, st.st_size, st.st_mtime_ns, [a.replace(build, MARK) for a in argv], digest,
-               [os.environ.get(k) for k in ENV_KEYED], os.environ.get(SALT, "")]
-    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:40]
+    env = {k: os.environ.get(k) for k in ENV_KEYED}
+    if env["CPATH"] and os.environ.get(PCH):
+        env["CPATH"] = env["CPATH"].replace(os.environ[PCH], MARK)
+    payload = [cxx, real, st.st_size, st.st_mtime_ns, [a.replace(build, MARK) for a in argv], digest, env,
+               os.environ.get(SALT, "")]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:40]
 
 
 def dependencies(text: str) -> list[str]:
@@ -114,16 +192,20 @@ def dependencies(text: str) -> list[str]:
     return body.split()
 
 
-def cacheable(deps: list[str], source: str, roots: list[str]) -> bool:
-    """Every dependency but the source itself lies under one of ``roots``."""
-    roots = [os.path.join(os.path.realpath(r), "") for r in roots if r]
-    for dep in deps:
-        if dep == source:
-            continue
-        real = os.path.realpath(dep)
-        if not any(real.startswith(r) for r in roots):
-            return False
-    return True
+def _write(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``path`` atomically: a reader sees the whole file or none; no temporary file is left on failure."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _serve(entry: str, obj: str, dep: str, build: str) -> bool:
@@ -142,13 +224,6 @@ def _serve(entry: str, obj: str, dep: str, build: str) -> bool:
     return True
 
 
-def _write(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # atomic: a reader sees the whole file or none
-
-
 def _store(entry: str, obj: str, dep: str, build: str) -> None:
     with open(dep) as f:
         deps = f.read().replace(build, MARK)
@@ -164,24 +239,35 @@ def run(argv: list[str]) -> int:
     cache = os.environ.get(CACHE)
     parsed = parse(argv) if cache else None
     if parsed is None:
-        os.execv(cxx, [cxx, *argv])  # not a compile this cache handles: become the real compiler
+        os.execvp(cxx, [cxx, *argv])  # not a compile this cache handles: become the real compiler
     source, obj, dep = parsed
     build = os.path.dirname(source)
-    os.makedirs(cache, exist_ok=True)
-    entry = os.path.join(cache, key(cxx, argv, source))
-    with open(entry + ".lock", "w") as lock:
+    try:
+        os.makedirs(cache, exist_ok=True)
+        entry = os.path.join(cache, key(cxx, argv, source))
+        lock = open(entry + ".lock", "w")
+    except OSError:  # an unwritable cache never fails a build
+        os.execvp(cxx, [cxx, *argv])
+    with lock:
+        if os.path.exists(entry + ".skip"):  # known not to be stored: no need to wait for each other
+            lock.close()
+            return subprocess.call([cxx, *argv])
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process is killed
         if os.path.exists(entry + ".o") and _serve(entry, obj, dep, build):
             return 0
         rc = subprocess.call([cxx, *argv])
-        if rc == 0:
-            try:
+        try:
+            stored = False
+            if rc == 0:
                 with open(dep) as f:
                     deps = dependencies(f.read())
-                if cacheable(deps, source, os.environ.get(ROOTS, "").split(os.pathsep)):
+                if cacheable(deps, source, argv, dict(os.environ)):
                     _store(entry, obj, dep, build)
-            except (OSError, UnicodeDecodeError):
-                pass  # not stored: the next identical compile runs the compiler again
+                    stored = True
+            if not stored:  # a failure or a unit that depends on more than the key: never stored
+                _write(entry + ".skip", b"")
+        except (OSError, UnicodeDecodeError):
+            pass  # not stored: the next identical compile runs the compiler again
         return rc
 
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import kevin
 
@@ -46,24 +46,55 @@ CPU_CLOCKED = ("timing_begin", "timing_end")
 """Report lines on whose arrival the parent also reads the worker's CPU clock (`cpu_clock`)."""
 
 
-def cpu_clock(pid: int) -> tuple[float, float | None] | None:
-    """CPU seconds process ``pid`` has run so far, as the kernel counts them: (user + system of all its threads,
-    the dead ones included, at 1/CLK_TCK resolution; the sum of its live threads' run time from ``schedstat``, at
-    nanosecond resolution, or None where the kernel keeps no schedstat). None when /proc cannot be read."""
+class CpuClock(NamedTuple):
+    """What the kernel says process ``pid`` has run, read from /proc (see `cpu_clock`)."""
+
+    ticks: float
+    """user + system seconds of all its threads, the exited ones included (1/CLK_TCK resolution)"""
+    live: float | None
+    """the sum of its live threads' run time from ``schedstat`` (ns resolution); None where the kernel keeps none"""
+    reaped: float
+    """user + system seconds of the children it has waited for"""
+    company: int
+    """other processes in its session or with it as parent (work there is not on its clock)"""
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after ``pid (comm)`` (comm may hold spaces and parentheses): index 0 is
+    field 3 (state), so field n of proc(5) is index n - 3."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_clock(pid: int) -> CpuClock | None:
+    """The CPU clock of process ``pid`` (a `CpuClock`), or None when /proc cannot be read."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3, utime 14, stime 15
-        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        fields = _stat_fields(pid)
+        hz = os.sysconf("SC_CLK_TCK")
+        ticks = (int(fields[11]) + int(fields[12])) / hz  # utime, stime (fields 14, 15)
+        reaped = (int(fields[13]) + int(fields[14])) / hz  # cutime, cstime (16, 17)
+        session = fields[3]  # field 6
     except (OSError, ValueError, IndexError):
         return None
+    company = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == pid:
+            continue
+        try:
+            other = _stat_fields(entry)
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+        if other[1] == str(pid) or other[3] == session:  # parent (field 4), session (field 6)
+            company += 1
     try:
         live = 0
         for tid in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 live += int(f.read().split()[0])
-        return ticks, live / 1e9
+        live_s: float | None = live / 1e9
     except (OSError, ValueError, IndexError):
-        return ticks, None
+        live_s = None
+    return CpuClock(ticks, live_s, reaped, company)
 
 
 @dataclass(frozen=True)
@@ -73,7 +104,7 @@ class Message:
 
     t: float
     data: dict[str, Any]
-    cpu: tuple[float, float | None] | None = None
+    cpu: CpuClock | None = None
 
     @property
     def event(self) -> str:

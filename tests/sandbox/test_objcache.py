@@ -30,7 +30,8 @@ FAKE = textwrap.dedent("""\
         sys.exit(1)
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     open(obj, "wb").write(b"OBJ " + hashlib.sha256(text.encode() + " ".join(argv[argv.index("-o") + 2:]).encode()).digest())
-    extra = os.path.join(os.path.dirname(src), "local.h") if "LOCAL" in text else "/usr/include/stdio.h"
+    extra = os.environ.get("FAKE_DEP") or (os.path.join(os.path.dirname(src), "local.h") if "LOCAL" in text
+                                           else "/usr/include/stdio.h")
     open(dep, "w").write(f"{obj}: {src} \\\\\\n {extra}\\n")
 """)
 
@@ -103,6 +104,45 @@ def test_a_unit_that_includes_a_header_beside_it_is_compiled_every_time(env):
     compile_in(env, "a", "LOCAL")
     compile_in(env, "b", "LOCAL")
     assert compiles(env) == 2
+
+
+def test_a_file_of_another_build_in_the_sandbox_cache_is_never_a_stable_dependency(env, monkeypatch):
+    # the cache may sit under a stable root (here the whole tmp dir is one); its files still do not count
+    monkeypatch.setenv(_objcache.ROOTS, str(env["root"]))
+    monkeypatch.setenv(_objcache.FORBID, str(env["root"] / "cache"))
+    monkeypatch.setenv("FAKE_DEP", str(env["root"] / "cache" / "ext" / "other" / "cuda.cu"))
+    compile_in(env, "a", "int f();")
+    compile_in(env, "b", "int f();")
+    assert compiles(env) == 2
+
+
+def test_a_relative_include_directory_is_not_stored(env):
+    # "-isystem ." is the build directory (ninja's working directory): its files never reach the dependency file
+    compile_in(env, "a", "int f();", ("-isystem", "."))
+    compile_in(env, "b", "int f();", ("-isystem", "."))
+    assert compiles(env) == 2
+
+
+def test_a_source_with_inline_assembly_is_not_stored(env):
+    # an assembler .incbin reads a file that no dependency file names
+    compile_in(env, "a", 'asm(".incbin \\"cuda.cu\\"");')
+    compile_in(env, "b", 'asm(".incbin \\"cuda.cu\\"");')
+    assert compiles(env) == 2
+
+
+def test_another_include_search_path_in_the_environment_compiles_again(env, monkeypatch):
+    compile_in(env, "a", "int f();")
+    monkeypatch.setenv("CPATH", "/usr/include/python3.0")
+    compile_in(env, "b", "int f();")
+    assert compiles(env) == 2
+
+
+def test_an_unusable_cache_directory_still_compiles(env, monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv(_objcache.CACHE, str(blocker / "obj"))
+    assert compile_in(env, "a", "int f();").returncode == 0
+    assert compiles(env) == 1
 
 
 def test_a_call_that_is_not_a_compile_goes_to_the_real_compiler_unchanged(env):
