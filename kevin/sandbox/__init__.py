@@ -94,7 +94,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   quarter of the loop's own cost). On the CPU backend the same figure from the candidate's CPU clock (read
   by the parent from /proc, all threads) may lower it, to no less than half: a loaded host delays a process
   without making it compute. The CPU figure counts only when no other process shares the candidate's session
-  or has it as parent, and no reaped child's time appeared, so work moved elsewhere cannot hide behind it.
+  or has it as parent, and no reaped child's time appeared. A helper process that leaves the session (a
+  double fork and ``setsid``, which the static layer forbids but is not proof against) can still keep its
+  work off that clock; the floor of half the wall figure bounds what that gains.
 - E1-E3: a fresh process and scratch directory per candidate, a scrubbed environment, no secrets in the
   candidate's process; E2 exits and crashes, hangs (timeouts kill the process group) and out-of-memory
   (RLIMIT_AS on CPU, the CUDA allocator's OOM on GPU) become statuses, never a crash of the caller.

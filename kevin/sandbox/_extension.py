@@ -28,6 +28,7 @@ import inspect
 import json
 import os
 import re
+import subprocess
 import sys
 from typing import Any, Iterator
 
@@ -100,10 +101,18 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
     import torch
     from torch.utils import cpp_extension as ce
 
-    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", "")]
+    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", ""),
+             getattr(ce, "CUDA_HOME", None) or ""]  # (torch may have found CUDA through `which nvcc`)
+    try:
+        shim = _objcache.shim(os.path.dirname(obj_root))
+        # the compiler's own identity (version, target, configuration): with ccache in front, `cxx` is ccache
+        identity = subprocess.run([cxx, "-v"], capture_output=True, text=True, timeout=60).stderr[-4000:]
+    except (OSError, subprocess.SubprocessError):  # an unwritable cache or a broken compiler: no object cache
+        yield
+        return
     env = {
-        "CXX": _objcache.shim(os.path.dirname(obj_root)), _objcache.REAL_CXX: cxx, _objcache.CACHE: obj_root,
-        _objcache.SALT: json.dumps([torch.__version__, torch.version.git_version, ce.include_paths()]),
+        "CXX": shim, _objcache.REAL_CXX: cxx, _objcache.CACHE: obj_root,
+        _objcache.SALT: json.dumps([torch.__version__, torch.version.git_version, ce.include_paths(), identity]),
         _objcache.ROOTS: os.pathsep.join(r for r in roots if r),
         _objcache.FORBID: os.path.dirname(obj_root),  # the sandbox cache: other builds' files live there
         _objcache.PCH: pch_root or "",

@@ -23,13 +23,15 @@ runs the real compiler and stores the result. Every other call (the link, ``-dum
 real compiler unchanged, and so does any compile when the cache cannot be read or written.
 
 What is never stored (`cacheable`; a ``<key>.skip`` marker then lets later identical compiles skip the lock):
-a failed compile; a unit whose dependency file names a file outside the stable roots of
+a compile error; a unit whose dependency file names a file outside the stable roots of
 ``$KEVIN_OBJCACHE_ROOTS`` (torch, Python, the system, CUDA; the precompiled headers) or inside the build
-directory or the sandbox cache (``$KEVIN_OBJCACHE_FORBID``); a call whose include, sysroot, prefix or plugin
-flags name such a place, or that reads a response file (``@file``); a source that mentions ``asm``, ``incbin``
-or ``#embed`` (an assembler ``.incbin`` of a file beside it appears in no dependency file). GCC leaves headers of
-system directories out of ``-MMD`` output: that is safe because such directories can only come from the
-flags checked here, or from the variables in the key.
+directory or the sandbox cache (``$KEVIN_OBJCACHE_FORBID``); a call whose include flags name such a place, or
+that has a word outside the short list of harmless ones (`flag_paths`: preprocessor, assembler, plugin and
+``-march=native`` flags, response files and long options are refused); a source that mentions ``asm``,
+``incbin``, ``embed``, ``section``, token pasting or character escapes (`source_is_plain`: an assembler
+``.incbin`` of a file beside it appears in no dependency file). GCC leaves headers of system directories out of
+``-MMD`` output: that is safe because such directories can only come from the flags checked here, or from the
+variables in the key.
 
 Safety: the key holds what the object depends on that can differ between two build directories; the
 precompiled header is left out because ``main.o`` is byte-identical with and without it (:mod:`._pch`). Not
@@ -46,6 +48,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -66,11 +69,18 @@ PCH = "KEVIN_OBJCACHE_PCH"
 MARK = "\x00BUILD\x00"
 ENV_KEYED = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
              "PATH", "SOURCE_DATE_EPOCH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "GCC_COMPARE_DEBUG")
-PATH_FLAGS = sorted(("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix", "-iwithprefix",
-                     "-iwithprefixbefore", "-isysroot", "--sysroot", "-B"), key=len, reverse=True)
-"""flags whose value is a file or directory the compiler reads (separate or joined, ``--sysroot=`` too)"""
-REFUSED_FLAGS = ("-fplugin", "-specs", "-wrapper", "--specs")
-SOURCE_WORDS = (b"asm", b"incbin", b"#embed")
+PATH_FLAGS = ("-isystem", "-idirafter", "-iquote", "-include", "-imacros", "-I")
+"""flags whose value is a file or directory the compiler reads (separate or joined): each must be stable"""
+SAFE_PREFIXES = ("-D", "-U", "-O", "-std=", "-f", "-W", "-g", "-m", "-pthread", "-pipe", "-w", "-pedantic")
+"""the other words a compile may have and still be stored (torch's rule writes only these)"""
+UNSAFE_PREFIXES = ("-fplugin", "-Wp,", "-Wa,", "-Wl,", "-march=native", "-mtune=native", "-mcpu=native",
+                   "-fdebug-prefix-map", "-ffile-prefix-map", "-fmacro-prefix-map", "-fprofile", "-fauto-profile")
+"""words that match `SAFE_PREFIXES` but read other files, reach other tools or depend on the host: never stored"""
+SOURCE_WORDS = ("asm", "incbin", "##", "\\x", "\\u", "\\U", *(f"\\{d}" for d in "01234567"))
+SOURCE_PATTERNS = (re.compile(r"\bsection\b"), re.compile(r"(#|%:)(\s|/\*[\s\S]*?\*/)*embed\b"))
+"""a source holding one of these (after joining continued lines) is never stored: inline assembly (``asm``, or a
+``section`` attribute) can read a file (``.incbin``) that no dependency file names, ``#embed`` reads one, and
+token pasting or escapes could spell them"""
 
 
 def _shim_text() -> str:
@@ -110,31 +120,47 @@ def parse(argv: list[str]) -> tuple[str, str, str] | None:
 
 
 def flag_paths(argv: list[str]) -> list[str] | None:
-    """The paths that `PATH_FLAGS` give the compiler, or None for a call the cache does not take (a response file,
-    a plugin or specs file).
+    """The paths that `PATH_FLAGS` give the compiler, or None when some other word of the call is not one the cache
+    knows to be harmless (`SAFE_PREFIXES`, minus `UNSAFE_PREFIXES`; the ``-MMD -MF -c -o`` words and their values).
 
-    >>> flag_paths(["-isystem", "/t/include", "-I.", "--sysroot=/s", "-O2"])
-    ['/t/include', '.', '/s']
-    >>> flag_paths(["@args.rsp"]) is None
-    True
+    >>> flag_paths(["-MMD", "-MF", "m.d", "-isystem", "/t/include", "-I.", "-O2", "-c", "/b/m.cpp", "-o", "m.o"])
+    ['/t/include', '.']
+    >>> flag_paths(["--include-directory-after=."]) is None, flag_paths(["-Wp,-isystem,."]) is None
+    (True, True)
     """
     out: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg.startswith("@") or arg.startswith(REFUSED_FLAGS):
-            return None
-        for flag in PATH_FLAGS:
+        flag = next((f for f in PATH_FLAGS if arg.startswith(f)), None)
+        if arg in ("-MF", "-c", "-o"):
+            i += 1  # its value is checked by `parse` (the object, the dependency file, the source)
+        elif arg == "-MMD":
+            pass
+        elif flag is not None:
             if arg == flag:
-                if i + 1 < len(argv):
-                    out.append(argv[i + 1])
+                if i + 1 >= len(argv):
+                    return None
+                out.append(argv[i + 1])
                 i += 1
-                break
-            if arg.startswith(flag):
-                out.append(arg[len(flag):].removeprefix("="))
-                break
+            else:
+                out.append(arg[len(flag):])
+        elif not arg.startswith(SAFE_PREFIXES) or arg.startswith(UNSAFE_PREFIXES):
+            return None
         i += 1
     return out
+
+
+def source_is_plain(text: str) -> bool:
+    r"""Whether the source, with continued lines joined, holds none of `SOURCE_WORDS`.
+
+    >>> source_is_plain("int f();"), source_is_plain("as\\\nm(\".incbin x\");"), source_is_plain("#/**/embed <x>")
+    (True, False, False)
+    >>> source_is_plain("at::Tensor embedding_intersection(at::Tensor x);")
+    True
+    """
+    joined = text.replace("\\\n", "")
+    return not any(w in joined for w in SOURCE_WORDS) and not any(p.search(joined) for p in SOURCE_PATTERNS)
 
 
 def _under(path: str, dirs: list[str]) -> bool:
@@ -161,9 +187,8 @@ def cacheable(deps: list[str], source: str, argv: list[str], env: dict[str, str]
     if paths is None or not all(stable(p) for p in paths):
         return False
     with open(source, "rb") as f:
-        text = f.read()
-    if any(word in text for word in SOURCE_WORDS):
-        return False
+        if not source_is_plain(f.read().decode(errors="replace")):
+            return False
     return all(stable(d) for d in deps if d != source)
 
 
@@ -249,22 +274,26 @@ def run(argv: list[str]) -> int:
     except OSError:  # an unwritable cache never fails a build
         os.execvp(cxx, [cxx, *argv])
     with lock:
-        if os.path.exists(entry + ".skip"):  # known not to be stored: no need to wait for each other
+        try:
+            if not os.path.exists(entry + ".skip"):  # known not to be stored: no need to wait for each other
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process is killed
+        except OSError:
+            pass  # no lock: at worst two identical compiles both run
+        if os.path.exists(entry + ".skip"):
             lock.close()
             return subprocess.call([cxx, *argv])
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process is killed
         if os.path.exists(entry + ".o") and _serve(entry, obj, dep, build):
             return 0
         rc = subprocess.call([cxx, *argv])
         try:
-            stored = False
             if rc == 0:
                 with open(dep) as f:
                     deps = dependencies(f.read())
                 if cacheable(deps, source, argv, dict(os.environ)):
                     _store(entry, obj, dep, build)
-                    stored = True
-            if not stored:  # a failure or a unit that depends on more than the key: never stored
+                else:  # depends on more than the key: compiled every time, without waiting for each other
+                    _write(entry + ".skip", b"")
+            elif rc == 1:  # a compile error (deterministic; a killed compiler or an internal error is not)
                 _write(entry + ".skip", b"")
         except (OSError, UnicodeDecodeError):
             pass  # not stored: the next identical compile runs the compiler again

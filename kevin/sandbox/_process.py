@@ -76,6 +76,14 @@ def cpu_clock(pid: int) -> CpuClock | None:
         session = fields[3]  # field 6
     except (OSError, ValueError, IndexError):
         return None
+    try:  # read right after the tick count, before the scan below (which can take a while)
+        live = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                live += int(f.read().split()[0])
+        live_s: float | None = live / 1e9
+    except (OSError, ValueError, IndexError):
+        live_s = None
     company = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == pid:
@@ -86,14 +94,6 @@ def cpu_clock(pid: int) -> CpuClock | None:
             continue  # exited meanwhile
         if other[1] == str(pid) or other[3] == session:  # parent (field 4), session (field 6)
             company += 1
-    try:
-        live = 0
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                live += int(f.read().split()[0])
-        live_s: float | None = live / 1e9
-    except (OSError, ValueError, IndexError):
-        live_s = None
     return CpuClock(ticks, live_s, reaped, company)
 
 

@@ -188,3 +188,17 @@ def test_the_real_compiler_through_the_shim_gives_the_same_object(tmp_path, monk
         objects.append((build / "main.o").read_bytes())
     assert objects[0] == objects[1] == objects[2]
     assert len([f for f in os.listdir(tmp_path / "obj") if f.endswith(".o")]) == 1
+
+
+def test_preprocessor_and_long_option_spellings_of_a_system_include_directory_are_not_stored(env):
+    # each makes "." a system directory, whose headers -MMD leaves out of the dependency file
+    for flags in (("--include-directory-after=.",), ("-Wp,-isystem,.",), ("-imultilib", "x")):
+        compile_in(env, "a", "int f();", flags)
+        compile_in(env, "b", "int f();", flags)
+    assert compiles(env) == 6
+
+
+def test_a_host_dependent_flag_is_not_stored(env):
+    compile_in(env, "a", "int f();", ("-march=native",))
+    compile_in(env, "b", "int f();", ("-march=native",))
+    assert compiles(env) == 2
