@@ -28,6 +28,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from typing import Any, Iterator
@@ -90,8 +91,6 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
 
     Not thread-safe (it edits ``os.environ``), like `._pch.search_first`.
     """
-    import shutil
-
     from . import _objcache
 
     cxx = shutil.which(os.environ.get("CXX", "c++")) if obj_root else None  # as torch calls it (a ccache link kept)
