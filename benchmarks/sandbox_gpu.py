@@ -104,6 +104,18 @@ def unit_seconds(cache_dir: str, since: float) -> dict:
     return {name: sorted(v) for name, v in units.items()}
 
 
+def preludes(cache_dir: str, since: float) -> dict:
+    """How the CUDA units built after ``since`` began: {"light": n, "full": n, "light_failed": n}."""
+    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+
+    counts = {"light": 0, "full": 0, "light_failed": 0}
+    for cu in Path(cache_dir, "ext").glob("*/cuda.cu"):
+        if cu.stat().st_mtime >= since:
+            counts["light" if cu.read_text().startswith(LIGHT_PRELUDE) else "full"] += 1
+            counts["light_failed"] += (cu.parent / LIGHT_FAILED).exists()
+    return counts
+
+
 def write(out: Path, results: dict) -> None:
     (out / "sandbox_gpu.json").write_text(json.dumps(results, indent=2))
     lines = ["# Sandbox on the GPU", "", f"device: {results.get('device')}", ""]
@@ -138,6 +150,8 @@ def main() -> None:
                          "main.cpp is one unit, compiled once by the object cache) or each its own name (distinct)")
     ap.add_argument("--parallel-checks", choices=("on", "off"), default="on",
                     help="SandboxConfig.parallel_checks for the many/one phases")
+    ap.add_argument("--light-prelude", choices=("on", "off"), default="on",
+                    help="SandboxConfig.light_prelude for the many/one phases (the CUDA unit's lighter prelude)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +223,8 @@ def main() -> None:
         if label.split("_")[0] not in phases:
             continue
         sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork,
-                                           parallel_checks=args.parallel_checks == "on"))
+                                           parallel_checks=args.parallel_checks == "on",
+                                           light_prelude=args.light_prelude == "on"))
         stamp = f"{label}-{time.time_ns()}"
         warm_s = None
         if args.steady:  # the warm-up source is built here once (or found in the build cache)
@@ -230,6 +245,8 @@ def main() -> None:
             "compile_seconds": compile_s,
             "compile_seconds_median": statistics.median([c for c in compile_s if c is not None]) if any(compile_s) else None,
             "parallel_checks": args.parallel_checks == "on",
+            "light_prelude": args.light_prelude == "on",
+            "preludes": preludes(config.resolved_cache_dir(), started),
             # per candidate: seconds since its pipeline started (all start together) at each stage
             "timelines": [r.details.get("timeline") for r in rs],
             # ninja's own seconds per unit: main.o (the binding, precompiled header) and cuda.cuda.o (nvcc)

@@ -14,6 +14,14 @@ already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TOR
 and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
 about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
 
+It then compiles the CUDA unit with `LIGHT_PRELUDE` in place of ``<torch/types.h>`` (`light_arguments`): the
+tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without ATen's
+~2,500 operator headers, the autograd factories and ``torch/library.h`` (about 212k preprocessed lines against
+324k). A source that does not compile with it (it uses something else of torch's) is built again as before, and
+only that build's errors are reported; a marker in the light build's directory sends later evaluations of the
+same source straight to the full prelude. Sources that include a ``torch/`` header themselves (or ATen's
+umbrella headers) keep the full prelude: they pay for the headers anyway.
+
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
 the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
@@ -55,6 +63,62 @@ def drop_extension_header(sources: Any) -> Any:
     if isinstance(sources, (list, tuple)):
         return [_EXTENSION_H.sub(note, x) if isinstance(x, str) else x for x in sources]
     return sources
+
+
+LIGHT_PRELUDE = "\n".join([
+    "// kevin: a lighter prelude than load_inline's <torch/types.h> (kevin/sandbox/_extension.py)",
+    "#ifndef AT_PER_OPERATOR_HEADERS",
+    "#define AT_PER_OPERATOR_HEADERS",
+    "#endif",
+    "#include <ATen/core/Tensor.h>",
+    "#include <ATen/Dispatch.h>",
+    *[f"#include <ATen/ops/{op}.h>" for op in ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
+                                                 "ones_like", "full", "full_like")],
+    "#include <optional>",
+    # torch/types.h's namespace block: torch::Tensor, torch::empty_like, torch::kFloat32, ... resolve as there
+    "namespace torch {",
+    "using namespace at;",
+    "#if !defined(FBCODE_CAFFE2) && !defined(C10_NODEPRECATED)",
+    "using std::nullopt;",
+    "using std::optional;",
+    "#endif",
+    "using Dtype = at::ScalarType;",
+    *[f"constexpr auto {name} = {value};" for name, value in (
+        ("kUInt8", "at::kByte"), ("kInt8", "at::kChar"), ("kInt16", "at::kShort"), ("kInt32", "at::kInt"),
+        ("kInt64", "at::kLong"), ("kUInt16", "at::kUInt16"), ("kUInt32", "at::kUInt32"), ("kUInt64", "at::kUInt64"),
+        ("kFloat16", "at::kHalf"), ("kFloat32", "at::kFloat"), ("kFloat64", "at::kDouble"), ("kU8", "kUInt8"),
+        ("kU16", "kUInt16"), ("kU32", "kUInt32"), ("kU64", "kUInt64"), ("kI8", "kInt8"), ("kI16", "kInt16"),
+        ("kI32", "kInt32"), ("kI64", "kInt64"), ("kF16", "kFloat16"), ("kF32", "kFloat32"), ("kF64", "kFloat64"))],
+    "}  // namespace torch",
+])
+"""Stands in for load_inline's ``#include <torch/types.h>`` at the top of the CUDA unit (`light_arguments`)."""
+
+LIGHT_FAILED = "kevin-light-failed"  # marker in a light build's directory: this source needs the full prelude
+
+_TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
+
+
+def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The bound ``load_inline`` arguments of the same build with `LIGHT_PRELUDE` for its CUDA unit, or None when
+    it does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to this torch, or a CUDA
+    source that includes a ``torch/`` header or ATen's umbrella headers itself).
+
+    ``main.cpp`` keeps its bytes: ``no_implicit_headers`` would drop its ``<torch/extension.h>``, so it is put back
+    first, where load_inline puts it (its precompiled header and object cache still apply).
+    """
+    if "no_implicit_headers" not in arguments or arguments.get("no_implicit_headers"):
+        return None
+    cuda = arguments.get("cuda_sources")
+    cuda = [cuda] if isinstance(cuda, str) else list(cuda or [])
+    if not cuda or not all(isinstance(x, str) for x in cuda) or any(_TORCH_UMBRELLA.search(x) for x in cuda):
+        return None
+    cpp = arguments.get("cpp_sources")
+    cpp = [cpp] if isinstance(cpp, str) else list(cpp or [])
+    light = dict(arguments)
+    light["cpp_sources"] = ["#include <torch/extension.h>", *cpp]
+    light["cuda_sources"] = [LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", *cuda]
+    light["no_implicit_headers"] = True
+    return light
 
 
 def build_key(arguments: dict[str, Any], backend: str) -> str:
@@ -129,12 +193,12 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
 
 
 def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None,
-            obj_root: str | None = None) -> None:
+            obj_root: str | None = None, light: bool = True) -> None:
     """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
-    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled).
+    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
     """
     import torch.utils.cpp_extension as ce
 
@@ -149,9 +213,22 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         arguments = dict(bound.arguments)
         if backend == "cuda" and arguments.get("cuda_sources") and not arguments.get("no_implicit_headers"):
             arguments["cuda_sources"] = drop_extension_header(arguments["cuda_sources"])
-        build_dir = os.path.join(ext_root, build_key(arguments, backend))
+            lighter = light_arguments(arguments) if light else None
+            if lighter is not None:
+                light_dir = os.path.join(ext_root, build_key(lighter, backend))
+                if not os.path.exists(os.path.join(light_dir, LIGHT_FAILED)):
+                    try:
+                        return build(lighter, light_dir)
+                    except RuntimeError as exc:  # "Error building extension ...": build it with the full prelude
+                        if not str(exc).startswith("Error building extension"):
+                            raise
+                        with contextlib.suppress(OSError):
+                            open(os.path.join(light_dir, LIGHT_FAILED), "w").close()
+        return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
+
+    def build(arguments: dict[str, Any], build_dir: str) -> Any:
         os.makedirs(build_dir, exist_ok=True)
-        arguments["build_directory"] = build_dir
+        arguments = {**arguments, "build_directory": build_dir}
         if on_build is not None:
             on_build(build_dir)
         with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):

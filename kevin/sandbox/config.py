@@ -70,6 +70,10 @@ class SandboxConfig:
     object_cache: bool = True
     """compile each distinct ``main.cpp`` once across build directories (``._objcache``): candidates that declare
     the same functions with other kernels share the compiled bindings. False = every build compiles its own"""
+    light_prelude: bool = True
+    """compile a CUDA unit first with a lighter prelude than load_inline's ``<torch/types.h>`` (the tensor class,
+    dispatch macros and allocation factories; ``._extension.LIGHT_PRELUDE``), and again with the full one when it
+    does not compile. False = the full prelude always"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = a correctness run has its device alone too (the device is still handed on

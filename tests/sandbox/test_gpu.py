@@ -166,3 +166,33 @@ def test_a_candidate_forked_from_the_zygote_runs_on_the_gpu(cache_dir, gpu_warm)
     sandbox = Sandbox("cuda", _gpu_config(cache_dir, prefork=True))
     r = sandbox.evaluate(MATMUL_TASK, load_candidate("honest_matmul_cuda"))
     assert (r.status, r.details.get("forked")) == ("correct", True), r.feedback
+
+
+def _cuda_units(cache_dir, marker):
+    """The build directories under the cache whose CUDA unit contains ``marker``."""
+    from pathlib import Path
+
+    return [cu.parent for cu in Path(cache_dir, "ext").glob("*/cuda.cu") if marker in cu.read_text()]
+
+
+@pytest.mark.gpu
+def test_honest_cuda_kernels_are_built_with_the_light_prelude(cache_dir, gpu_warm):
+    # on this host's torch: the light prelude compiled the honest extension, and its build is the one that ran
+    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+
+    assert gpu_warm["honest_matmul"].status == "correct"
+    dirs = _cuda_units(cache_dir, "matmul_tiled_kernel")
+    light = [d for d in dirs if (d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE)]
+    assert light and all((d / "cuda.cu").with_suffix(".cuda.o").exists() or list(d.glob("*.so")) for d in light), dirs
+    assert not any((d / LIGHT_FAILED).exists() for d in light)
+
+
+@pytest.mark.gpu
+def test_a_compile_error_under_the_light_prelude_is_retried_with_the_full_one(cache_dir, gpu_warm):
+    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+
+    assert gpu_warm["compile_error"].status == "compile_error"
+    dirs = _cuda_units(cache_dir, "undeclared_name")
+    kinds = {(d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE): d for d in dirs}
+    assert set(kinds) == {True, False}, dirs  # both preludes were tried
+    assert (kinds[True] / LIGHT_FAILED).exists()

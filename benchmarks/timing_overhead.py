@@ -1,0 +1,95 @@
+"""Where a candidate's timing phase spends its exclusive GPU time, beyond the kernel itself.
+
+A timing holds its GPU alone (`kevin.sandbox.sandbox.DeviceGate`), so with 16 candidates judged at once its
+length is what queues them. Run 18 (``sandbox_h200.md``) saw 0.51 s per timing of a 1.9 ms matmul: 105 calls,
+so about 3 ms per call around a 1.9 ms kernel. This times `kevin.sandbox.timing.time_calls` on the benchmark's
+task (C = A @ B, fp32, N = 2048, four pool sets) with ``torch.mm`` as the call, and the pieces of one call
+separately: the fresh inputs (a random permutation of every tensor into a new buffer), the L2 flush, the
+persisting-L2 reset, the timer's synchronize, and ``torch.randperm`` alone. Each piece is timed ``--reps``
+times between ``torch.cuda.synchronize()`` calls on the host clock; ms is the median.
+
+    python benchmarks/timing_overhead.py --out OUT      # writes OUT/timing_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, kevin not installed
+
+
+def host_ms(fn, reps: int) -> float:
+    import torch
+
+    from kevin.sandbox.timing import median
+
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return round(median(samples), 4)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2048)
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+
+    import torch
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    pool = [[torch.randn(a.n, a.n, device=dev, generator=g) for _ in range(2)] for _ in range(4)]
+    numel = a.n * a.n
+    flush = torch.empty(max(2 * timing.l2_cache_bytes(dev), 64 << 20) // 4, dtype=torch.int32, device=dev)
+    fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=4 << 30)
+    x = pool[0][0].reshape(-1)
+    row: dict = {"n": a.n, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                 "l2_flush_bytes": flush.numel() * 4}
+    row["kernel_mm_ms"] = host_ms(lambda: torch.mm(*pool[0]), a.reps)
+    row["fresh_inputs_ms"] = host_ms(lambda: fresh(0), a.reps)
+    row["fresh_place_ms"] = host_ms(lambda: fresh.place(pool[0]), a.reps)
+    row["randperm_ms"] = host_ms(lambda: torch.randperm(numel, device=dev, generator=g), a.reps)
+    row["gather_ms"] = host_ms(lambda: x[torch.arange(numel, device=dev)], a.reps)
+    row["empty_new_buffer_ms"] = host_ms(lambda: torch.empty(numel + 64, device=dev), a.reps)
+    row["flush_ms"] = host_ms(flush.zero_, a.reps)
+    row["reset_persisting_l2_ms"] = host_ms(timing.reset_persisting_l2, a.reps)
+
+    def sync_pair() -> None:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        torch.cuda.synchronize()
+        e.record()
+        e.synchronize()
+
+    row["events_and_sync_ms"] = host_ms(sync_pair, a.reps)
+    for n_trials in (100,):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run = timing.time_calls(lambda args: torch.mm(*args), pool, device=dev, n_warmup=5, n_trials=n_trials,
+                                budget_s=60.0, rng=random.Random(1))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        row[f"time_calls_{n_trials}_wall_s"] = round(wall, 4)
+        row[f"time_calls_{n_trials}_per_call_ms"] = round(wall * 1e3 / (n_trials + 5), 4)
+        row[f"time_calls_{n_trials}_median_event_ms"] = round(run.median_ms, 4)
+    print(json.dumps(row, indent=1))
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "timing_overhead.json").write_text(json.dumps(row, indent=1))
+
+
+if __name__ == "__main__":
+    main()
