@@ -120,20 +120,31 @@ class DeviceGate:
 
     ``shared()`` is held while a candidate runs its correctness sets (untimed, so they may overlap each other);
     ``exclusive()`` while a golden process times the baseline or a candidate is timed: it waits until no shared
-    holder is left, and while it waits no new shared holder is admitted (so timings are never starved).
+    holder is left. A new shared holder is admitted while no exclusive one holds the device and no exclusive
+    caller has waited more than ``patience_s`` seconds: so a timing is never starved, yet a correctness run that
+    arrives just after timings began to queue goes first. That order matters when many candidates finish
+    compiling together: a correctness run is what lets a candidate queue for its timing (with the stricter rule,
+    7 of 16 candidates of run 19 waited 6 s behind 9 timings before their correctness runs could start, then
+    the GPU idled while their outputs were compared).
     One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, patience_s: float = 1.0) -> None:
+        self.patience_s = patience_s
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
-        self._waiting = 0  # callers waiting in exclusive()
+        self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
+
+    def _admits_shared(self) -> bool:
+        if self._exclusive:
+            return False
+        return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._cond.wait_for(self._admits_shared)
             self._shared += 1
         try:
             yield
@@ -145,11 +156,12 @@ class DeviceGate:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         with self._cond:
-            self._waiting += 1
+            began = time.monotonic()
+            self._waiting.append(began)
             try:
                 self._cond.wait_for(lambda: not self._exclusive and not self._shared)
             finally:
-                self._waiting -= 1
+                self._waiting.remove(began)
                 self._cond.notify_all()
             self._exclusive = True
         try:
@@ -165,9 +177,14 @@ _GATES_LOCK = threading.Lock()
 
 
 def device_gate(backend: str, device: str) -> DeviceGate:
-    """The process-wide gate of a device: ("cpu", "cpu"), or ("cuda", its CUDA_VISIBLE_DEVICES entry)."""
+    """The process-wide gate of a device: ("cpu", "cpu"), or ("cuda", its CUDA_VISIBLE_DEVICES entry).
+
+    On the CPU backend a compile holds the gate like a correctness run, for tens of seconds, so there a waiting
+    timing keeps new shared holders out at once (no patience)."""
     with _GATES_LOCK:
-        return _GATES.setdefault((backend, device), DeviceGate())
+        if (backend, device) not in _GATES:
+            _GATES[(backend, device)] = DeviceGate(patience_s=1.0 if backend == "cuda" else 0.0)
+        return _GATES[(backend, device)]
 
 
 class _DevicePool:

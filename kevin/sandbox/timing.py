@@ -145,8 +145,9 @@ class FreshInputs:
             self._generators[device] = (np.random.default_rng(seed) if device.type == "cpu"
                                         else torch.Generator(device=device).manual_seed(seed))
         gen = self._generators[device]
-        if device.type != "cpu":
-            return flat[torch.randperm(flat.numel(), device=device, generator=gen)]
+        if device.type != "cpu":  # int32 indices below 2^31 elements: 0.48 against 0.54 ms for 4M (H200, run 20)
+            index = torch.int32 if flat.numel() < 2**31 else torch.int64
+            return flat[torch.randperm(flat.numel(), device=device, generator=gen, dtype=index)]
         return _numpy_permuted(flat, gen)
 
     def _fresh_tensor(self, t: torch.Tensor, *, permute: bool = True) -> torch.Tensor:

@@ -45,14 +45,35 @@ def test_a_timing_waits_until_every_correctness_run_has_left():
     assert log == ["check in", "check out", "timing in", "timing out"]
 
 
-def test_a_waiting_timing_keeps_new_correctness_runs_out():
-    gate, log = DeviceGate(), []
+def test_a_correctness_run_arriving_soon_after_a_timing_began_to_wait_goes_first():
+    # within the patience, b joins a's correctness runs ahead of the waiting timing; the timing then has the
+    # device alone, after both have left
+    gate, log = DeviceGate(patience_s=30.0), []
     a, a_in, a_go = _start(gate.shared, log, "a")
     assert a_in.wait(5)
     t, t_in, t_go = _start(gate.exclusive, log, "timing")
     time.sleep(0.2)  # the timing is now waiting for a
     b, b_in, b_go = _start(gate.shared, log, "b")
-    assert not b_in.wait(0.3)  # b may not slip in ahead of the waiting timing
+    assert b_in.wait(5) and not t_in.is_set()
+    a_go.set()
+    assert not t_in.wait(0.3)  # b still holds the device
+    b_go.set()
+    assert t_in.wait(5)
+    t_go.set()
+    for th in (a, t, b):
+        th.join(5)
+    assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out"]
+
+
+def test_a_timing_waiting_longer_than_the_patience_keeps_new_correctness_runs_out():
+    # patience 0.3 s: b arrives 0.5 s into the timing's wait, so it waits for the timing
+    gate, log = DeviceGate(patience_s=0.3), []
+    a, a_in, a_go = _start(gate.shared, log, "a")
+    assert a_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    time.sleep(0.5)
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert not b_in.wait(0.3)
     a_go.set()
     assert t_in.wait(5) and not b_in.is_set()
     t_go.set()
@@ -103,3 +124,11 @@ def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_pat
     result = run.judge(golden, baseline_ms=None, checks=gate.shared, timing=gate.exclusive)
     assert result.status == "timeout"
     assert kills == [1]  # killed while it still held the device, so no timing could start beside it
+
+
+def test_on_the_cpu_backend_a_waiting_timing_admits_no_new_compile_or_check():
+    # there a compile holds the gate like a correctness run, for tens of seconds: no patience
+    from kevin.sandbox.sandbox import device_gate
+
+    assert device_gate("cpu", "cpu").patience_s == 0.0
+    assert device_gate("cuda", "7").patience_s > 0.0
