@@ -4,12 +4,17 @@ Used only inside worker processes (it imports torch). One timed call is:
 
     args = fresh(i)                      # outside the window: new address, new content (a pool set with
                                          # each tensor's elements randomly permuted), old buffers kept alive
-    flush.zero_(); reset persisting L2   # CUDA only: a 2x-L2-size write evicts the inputs (hack D7)
+    reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     start.record(); out = call(args); torch.cuda.synchronize(); end.record()     # CUDA
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                     # CPU
 
 The device-wide synchronize before the end event catches work left on other streams (hack D1); its own
-latency is measured by the same sequence with no call and subtracted. The runtime is the median of the
+latency is measured by the same sequence with no call and subtracted. The flush is the last thing queued
+before the start event, and as large as ``triton.testing.do_bench``'s (256 MB), so, as there, the GPU is still
+flushing while the host runs the call up to its first launch: the runtime is the GPU's, not the launch
+latency of a Python forward (run 21, with the persisting-L2 reset between a 125 MB flush and the start event:
+6.7 % above do_bench's median for the benchmark's 1.9 ms matmul; ``benchmarks/results/sandbox_h200.md``). Host
+work that reads the inputs cannot hide there: a copy to the host waits for the flush, behind the start event. The runtime is the median of the
 samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
 whose reference output the golden process computed, so a recheck looks exactly like any other timed call (a
 candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its
@@ -237,15 +242,15 @@ def time_calls(
     run = TimingRun()
     flush = None
     if cuda:
-        run.l2_flush_bytes = max(2 * l2_cache_bytes(device), 64 << 20)
+        run.l2_flush_bytes = max(2 * l2_cache_bytes(device), 256 << 20)
         flush = torch.empty(run.l2_flush_bytes // 4, dtype=torch.int32, device=device)
         run.l2_reset = reset_persisting_l2()
         run.overhead_ms = _cuda_sync_overhead_ms(flush, device)
 
     def one(args: list[Any]) -> tuple[float, float, Any]:
         if cuda:
-            flush.zero_()
             reset_persisting_l2()
+            flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             w0 = clock()
             start.record()
