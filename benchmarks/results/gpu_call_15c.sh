@@ -14,12 +14,12 @@ timeout 80 python3 benchmarks/sandbox_gpu.py --out $O/s/targets --prefork on --w
 timeout 100 python3 benchmarks/sandbox_gpu.py --out $O/s/many --prefork on --workers 16 --steady --phases many > $O/s/bench_many.log 2>&1
 timeout 120 python3 benchmarks/sandbox_gpu.py --out $O/s/one --prefork on --workers 16 --n-single 4 --steady --phases one > $O/s/bench_one.log 2>&1
 timeout $((590 - SECONDS)) python3 -m pytest -m gpu tests/sandbox -v -p no:cacheprovider -p no:randomly > $O/s/tests.log 2>&1; echo "rc=$?" >> $O/s/tests.log
-for f in one many many_full targets; do cp $O/s/$f/sandbox_gpu.json $OUT/$f.json 2>/dev/null; done
-cp $O/s/*.log $OUT/ 2>/dev/null
+for f in one many targets; do cp $O/s/$f/sandbox_gpu.json $O/s/$f.json 2>/dev/null; done
+tar czf $OUT/run.tgz -C $O/s --exclude='*/sandbox_gpu.*' .  # one file back: the device returns at most 8
 tail -1 $O/s/pch.log
 python3 -c "
 import json
-for f in ('one', 'many', 'many_full'):
+for f in ('one', 'many'):
     try:
         d = json.load(open('$O/s/%s/sandbox_gpu.json' % f)); v = [d[k] for k in d if k.startswith('evaluate_many')][0]
         u = v['unit_seconds']; print(f, v['workers'], v['candidates'], v['wall_seconds'], v['candidates_per_second'], v['warm_up_seconds'], v['compile_seconds_median'], v['statuses'].count('correct'), v['preludes'], 'main.o', u.get('main.o'), 'cuda', u.get('cuda.cuda.o'))
