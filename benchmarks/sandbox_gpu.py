@@ -104,6 +104,18 @@ def unit_seconds(cache_dir: str, since: float) -> dict:
     return {name: sorted(v) for name, v in units.items()}
 
 
+def sm_clock_mhz() -> int | None:
+    """The GPU's current SM clock from nvidia-smi (None when it cannot be read)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return int(out.strip().splitlines()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
 def preludes(cache_dir: str, since: float) -> dict:
     """How the CUDA units built after ``since`` began: {"light": n, "full": n, "light_failed": n}."""
     from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
@@ -196,15 +208,20 @@ def main() -> None:
     # 2. timing noise over separate evaluations
     valid: list = []
     if "noise" in phases:
-        runtimes, walls = [], []
+        runtimes, walls, spreads, clocks = [], [], [], []
         for _ in range(args.cv_runs):
+            clocks.append(sm_clock_mhz())
             t = time.monotonic()
             r = sandbox.evaluate(TASK, honest)
             walls.append(round(time.monotonic() - t, 3))
             runtimes.append(r.runtime_ms)
+            samples = sorted((r.details.get("timing") or {}).get("samples_ms") or [])
+            if samples:  # within one evaluation: 10th, 50th and 90th percentile of its timed calls
+                spreads.append([round(samples[int(q * (len(samples) - 1))], 4) for q in (0.1, 0.5, 0.9)])
         valid = [x for x in runtimes if x is not None]
         cv = statistics.pstdev(valid) / statistics.mean(valid) if len(valid) > 1 else None
-        results["timing_noise"] = {"runtimes_ms": runtimes, "wall_seconds": walls, "mean_ms": statistics.mean(valid) if valid else None,
+        results["timing_noise"] = {"runtimes_ms": runtimes, "wall_seconds": walls, "p10_p50_p90_ms": spreads,
+                                   "sm_clock_mhz_before": clocks, "mean_ms": statistics.mean(valid) if valid else None,
                                    "cv": cv, "cv_percent": None if cv is None else round(100 * cv, 3)}
         print("timing noise", results["timing_noise"], flush=True)
         write(out, results)
