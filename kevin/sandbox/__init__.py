@@ -85,8 +85,10 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   The check is a sample: a candidate that skips the work on a random share f of its timed calls passes
   with probability (1 - f)^n_rechecks (about 0.125 for f = 0.5 and the default 3 rechecks).
 - D1 side streams: a device-wide synchronize before the end event (its own latency, measured with no
-  call, is subtracted). D7 L2 persistence: a flush of at least twice the L2 size before every timed call,
-  the persisting-L2 limit set to 0 and persisting lines reset. D8: the baseline is timed in the golden
+  call, is subtracted). D7 L2 persistence: the persisting-L2 limit set to 0 and persisting lines reset, then
+  a flush of max(2 x L2 size, 256 MB) queued last before every timed call's start event (as in do_bench, the
+  host's launch latency up to the first kernel overlaps the flush; host work on the inputs cannot, since a
+  copy to the host waits behind it). D8: the baseline is timed in the golden
   process, with the same protocol, before and apart from any candidate, and kept in the parent's memory
   for the Sandbox's lifetime: it is never read back from disk, where any candidate could rewrite it.
 - D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
@@ -166,6 +168,12 @@ Not defended, and why:
   on its device. Neither raises the candidate's own verdict; both can lower a sibling's, which in a group
   baseline raises the offender's advantage. The static layer forbids extra streams and threads;
   ``parallel_checks=False`` removes the first (one candidate per device at a time).
+- What is compiled: a CUDA unit is built first with a lighter prelude than load_inline's ``<torch/types.h>``
+  (``_extension.LIGHT_PRELUDE``: a subset of the same torch headers) and, if that build fails, with the full
+  one. The verdict is about the library that was built and loaded; a source whose meaning depended on a
+  declaration only the full prelude makes visible (an overload or specialisation that changes what compiles
+  without making it fail) would be judged as built with the subset. Kernels' host code uses the tensor class,
+  factories and dispatch macros, which the subset holds whole.
 - Background work that finishes before the output is copied (a native thread, a CUDA stream outside
   the device) is caught only through the thread count, the static layer and the device-wide synchronize.
 
