@@ -14,7 +14,8 @@ before the start event, and as large as ``triton.testing.do_bench``'s (256 MB), 
 flushing while the host runs the call up to its first launch: the runtime is the GPU's, not the launch
 latency of a Python forward (run 21, with the persisting-L2 reset between a 125 MB flush and the start event:
 6.7 % above do_bench's median for the benchmark's 1.9 ms matmul; ``benchmarks/results/sandbox_h200.md``). Host
-work that reads the inputs cannot hide there: a copy to the host waits for the flush, behind the start event. The runtime is the median of the
+work that reads the inputs cannot hide there: a copy to the host waits for the flush, behind the start event;
+work on a non-blocking stream can (up to one flush per call; the static layer forbids streams). The runtime is the median of the
 samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
 whose reference output the golden process computed, so a recheck looks exactly like any other timed call (a
 candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its

@@ -124,12 +124,81 @@ def test_a_source_the_light_prelude_cannot_compile_is_built_with_the_full_one_an
     assert [kind for kind, _ in fake.calls] == ["light", "full", "full"]
 
 
-def test_an_error_that_is_not_a_failed_build_is_raised_not_retried(monkeypatch, tmp_path):
-    fake = _FakeBuild(light_fails=True, error="CUDA_HOME environment variable is not set")
+def test_an_error_after_the_light_library_was_built_is_raised_not_retried(monkeypatch, tmp_path):
+    # e.g. the import of a library that did build: the source's own error, not the prelude's
+    class BuiltThenFails(_FakeBuild):
+        def __call__(self, **arguments):
+            self.calls.append(("light", arguments["build_directory"]))
+            open(os.path.join(arguments["build_directory"], "ext.so"), "w").close()
+            raise ImportError("ext.so: undefined symbol: _Z3fooPf")
+
+    fake = BuiltThenFails(light_fails=True)
     load = _install(monkeypatch, tmp_path, fake)
-    with pytest.raises(RuntimeError, match="CUDA_HOME"):
+    with pytest.raises(ImportError, match="undefined symbol"):
         load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"])
     assert [kind for kind, _ in fake.calls] == ["light"]
+
+
+def _stub_torch_build(monkeypatch, log, light_fails=True):
+    """torch's own load_inline and version bookkeeping, with ninja and the import stubbed: a build whose CUDA unit
+    starts with the light prelude fails when told to; others 'build' ``<name>.so``; the import needs that file."""
+    from torch.utils import cpp_extension as ce
+
+    def fake_build(name, sources, build_directory, **kwargs):
+        light = open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        log.append(("light" if light else "full", name))
+        if light and light_fails:
+            raise RuntimeError(f"Error building extension '{name}': identifier \"undeclared\" is undefined")
+        open(os.path.join(build_directory, name + ".so"), "w").close()
+
+    def fake_import(name, build_directory, is_python_module):
+        if not os.path.exists(os.path.join(build_directory, name + ".so")):
+            raise ImportError(f"{name}.so: cannot open shared object file: No such file or directory")
+        return name
+
+    monkeypatch.setattr(ce, "_write_ninja_file_and_build_library", fake_build)
+    monkeypatch.setattr(ce, "_import_module_from_library", fake_import)
+    monkeypatch.setattr(ce.JIT_EXTENSION_VERSIONER, "entries", {})
+    monkeypatch.setattr(ce, "load_inline", ce.load_inline)  # restored after the test (install replaces it)
+    return ce
+
+
+def test_the_full_build_after_a_failed_light_one_keeps_the_extension_name(monkeypatch, tmp_path):
+    # torch counts builds per name in a process: the retry must not become "ext_v1", or a later evaluation of the
+    # same source (a new process, so "ext") would rebuild its whole full-prelude library
+    log = []
+    ce = _stub_torch_build(monkeypatch, log)
+    _extension.install(str(tmp_path / "ext"), "cuda")
+    assert ce.load_inline(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "ext"
+    assert log == [("light", "ext"), ("full", "ext")]
+
+
+def test_a_light_attempt_that_finds_no_library_falls_back_to_the_full_prelude(monkeypatch, tmp_path):
+    # a twin candidate held the light build's lock and failed: this process waited, then found no library
+    log = []
+    ce = _stub_torch_build(monkeypatch, log)
+    monkeypatch.setattr(ce, "_write_ninja_file_and_build_library", lambda name, sources, build_directory, **kw: (
+        log.append(("waited", name)) if open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        else open(os.path.join(build_directory, name + ".so"), "w").close()))
+    _extension.install(str(tmp_path / "ext"), "cuda")
+    assert ce.load_inline(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "ext"
+    assert log == [("waited", "ext")]  # then the full build, which loaded
+    assert not list((tmp_path / "ext").glob(f"*/{LIGHT_FAILED}"))  # it did not fail here: no marker
+
+
+def test_the_marker_is_never_written_through_a_planted_link(monkeypatch, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's file")
+    light_dir = tmp_path / "light"
+    light_dir.mkdir()
+    os.symlink(victim, light_dir / LIGHT_FAILED)
+    _extension._mark_light_failed(str(light_dir))
+    assert victim.read_text() == "someone else's file"
+
+
+def test_a_source_that_asks_for_gradients_keeps_the_full_prelude():
+    # at::empty rejects TensorOptions with requires_grad(true); the full prelude's torch::empty accepts them
+    assert light_arguments(_bound(cuda_sources=KERNEL + "\nauto t = torch::empty({2}, o.requires_grad(true));")) is None
 
 
 def test_light_prelude_off_builds_with_the_full_prelude_only(monkeypatch, tmp_path):

@@ -22,6 +22,14 @@ def _start(ctx, log, name):
     return t, entered, release
 
 
+def _until(condition, timeout=10.0):
+    """Poll until ``condition()`` is true (threads start late on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 def test_two_correctness_runs_hold_the_device_at_the_same_time():
     gate, log = DeviceGate(), []
     a, a_in, a_go = _start(gate.shared, log, "a")
@@ -52,10 +60,11 @@ def test_a_correctness_run_arriving_soon_after_a_timing_began_to_wait_goes_first
     a, a_in, a_go = _start(gate.shared, log, "a")
     assert a_in.wait(5)
     t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    time.sleep(0.2)  # the timing is now waiting for a
+    _until(lambda: gate._waiting)  # the timing is now waiting for a
     b, b_in, b_go = _start(gate.shared, log, "b")
     assert b_in.wait(5) and not t_in.is_set()
     a_go.set()
+    a.join(5)
     assert not t_in.wait(0.3)  # b still holds the device
     b_go.set()
     assert t_in.wait(5)
@@ -71,7 +80,8 @@ def test_a_timing_waiting_longer_than_the_patience_keeps_new_correctness_runs_ou
     a, a_in, a_go = _start(gate.shared, log, "a")
     assert a_in.wait(5)
     t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    time.sleep(0.5)
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)  # past the patience
     b, b_in, b_go = _start(gate.shared, log, "b")
     assert not b_in.wait(0.3)
     a_go.set()
