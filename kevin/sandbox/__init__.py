@@ -91,8 +91,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   copy to the host waits behind it). Work launched on a non-blocking stream could run beside the flush,
   before the start event, and warm the L2 for the timed kernel: up to one flush per call (about 0.09 ms on
   an H200, from 0.04 ms for 125 MB in run 20); only the static layer's ban on streams stands against that.
-  D8: the baseline is timed in the golden process, with the same protocol, before and apart from any candidate, and kept in the parent's memory
-  for the Sandbox's lifetime: it is never read back from disk, where any candidate could rewrite it.
+  D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
+  candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
+  where any candidate could rewrite it.
 - D6 forged timing: the parent's wall clock over the timing loop, minus the loop's own cost measured in
   the golden process, must not exceed ``max_wall_ratio`` (3x) the reported median plus 0.5 ms (plus a
   quarter of the loop's own cost). On the CPU backend the same figure from the candidate's CPU clock (read
