@@ -15,13 +15,15 @@ and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels ma
 about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
 
 It then compiles the CUDA unit with `LIGHT_PRELUDE` in place of ``<torch/types.h>`` (`light_arguments`): the
-tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without ATen's
-~2,500 operator headers, the autograd factories and ``torch/library.h`` (about 212k preprocessed lines against
-324k). A source that does not compile with it (it uses something else of torch's) is built again as before, and
-only that build's errors are reported; a marker in the light build's directory sends later evaluations of the
-same source straight to the full prelude; so does a light attempt that ends with no library (another process
-held its lock and failed). Compile errors therefore cost the light attempt too, though its front end stops at
-the first errors (6.0 s, against 31.8 s for a whole light compile, on the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
+tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without the
+1,345 operator headers of ``ATen/Functions.h``, the autograd factories and ``torch/library.h`` (torch 2.13:
+211,823 preprocessed lines against 324,408). A source that does not compile with it (it uses something else of
+torch's) is built again as before, and only that build's errors are reported; after a failed light build, a
+marker in its directory sends later evaluations of the same source straight to the full prelude. A light
+attempt that ends with no library for another reason (this process waited on another's lock, and that build
+failed) also falls back, leaving no marker. Compile errors therefore cost the light attempt too, though its
+front end stops at the first errors (6.0 s, against 31.8 s for a whole compile with nearly the same headers, on
+the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
 umbrella headers) keep the full prelude: they pay for the headers anyway.
 
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent

@@ -241,7 +241,6 @@ torch::Tensor f(torch::Tensor x, torch::Tensor w) {
 def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(tmp_path):
     # nvcc -c of the CUDA unit as load_inline writes it with the light prelude: the tensor methods, factories,
     # options, dtypes, dispatch macros and checks that kernels' host wrappers use (about 30 s on a 2-core machine)
-    import torch
     from torch.utils import cpp_extension as ce
 
     stub = tmp_path / "stub"  # the CPU wheel ships c10/cuda headers without the CMake-generated one they include
@@ -256,4 +255,4 @@ def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(
            *includes, str(src), "-o", str(tmp_path / "cuda.o")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert torch.__version__ and (tmp_path / "cuda.o").stat().st_size > 0
+    assert (tmp_path / "cuda.o").stat().st_size > 0

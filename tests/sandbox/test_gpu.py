@@ -183,7 +183,7 @@ def test_honest_cuda_kernels_are_built_with_the_light_prelude(cache_dir, gpu_war
     assert gpu_warm["honest_matmul"].status == "correct"
     dirs = _cuda_units(cache_dir, "matmul_tiled_kernel")
     light = [d for d in dirs if (d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE)]
-    assert light and all((d / "cuda.cu").with_suffix(".cuda.o").exists() or list(d.glob("*.so")) for d in light), dirs
+    assert light and all(list(d.glob("*.so")) for d in light), dirs  # its library was linked there
     assert not any((d / LIGHT_FAILED).exists() for d in light)
 
 
