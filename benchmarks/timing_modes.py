@@ -1,0 +1,201 @@
+"""Why does one evaluation time the benchmark's matmul at ~1.90 ms and another at ~2.00 ms? (stop 16)
+
+Usage (on a CUDA machine, from the repository root, after ``sandbox_gpu.py`` has built the honest matmul
+into the cache, or with a cold cache: the parent builds it first):
+
+    TORCH_CUDA_ARCH_LIST=9.0 python benchmarks/timing_modes.py --out OUT_DIR [--children 8]
+
+Each child is a fresh interpreter (``subprocess``, not a fork) that loads the same built library and times
+the honest tiled matmul and ``torch.matmul`` on 2048 x 2048 fp32 inputs under protocols that add one
+ingredient of ``kevin.sandbox.timing.time_calls`` at a time:
+
+- ``do_bench``: ``triton.testing.do_bench`` median (fixed inputs, its own 256 MB flush, no synchronize);
+- ``fixed_nosync``: flush; start; call; end (fixed inputs);
+- ``fixed``: flush; start; call; synchronize; end (fixed inputs): our window, no fresh inputs;
+- ``fresh1``: ``time_calls`` on a pool of one set (the task's distribution);
+- ``fresh1_recycle``: the same with ``keep_alive_bytes=0`` (the allocator reuses the same few buffers);
+- ``fresh4``: ``time_calls`` on the four variant sets (task, signed, scaled, heavy), as a candidate's timing
+  does; every call's set and whether it reused the previous call's buffers are recorded.
+
+``fresh4`` runs first and last, so a mode that holds for a whole process shows twice. Children get seeds
+0..3, then 0..3 again (a mode tied to the input content repeats with the seed). Writes ``OUT_DIR/timing_modes.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def sm_clock_mhz() -> int | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return int(out.split()[0])
+    except Exception:
+        return None
+
+
+def load_extension(cache_dir: str):
+    from sandbox_gpu import load_candidate
+
+    from kevin.sandbox import _extension
+
+    _extension.install(os.path.join(cache_dir, "ext"), "cuda")
+    namespace: dict = {"__name__": "bench_candidate"}
+    exec(compile(load_candidate("honest_matmul_cuda"), "<candidate>", "exec"), namespace)
+    return namespace["cuda_honest_extension"]
+
+
+class RecordingPool(list):
+    """A pool that records which set each call took (FreshInputs indexes it once per ordinary call)."""
+
+    def __init__(self, sets):
+        super().__init__(sets)
+        self.taken: list[int] = []
+
+    def __getitem__(self, i):
+        if isinstance(i, int):
+            self.taken.append(i)
+        return super().__getitem__(i)
+
+
+def child(seed: int, cache_dir: str) -> dict:
+    import torch
+    import triton.testing
+
+    from kevin.sandbox import timing
+    from kevin.sandbox._inputs import VARIANTS, apply_variant
+
+    dev = torch.device("cuda")
+    ext = load_extension(cache_dir)
+    torch.manual_seed(seed)
+    base = [torch.randn(2048, 2048), torch.randn(2048, 2048)]
+    gen = torch.Generator().manual_seed(seed + 1)
+    sets = [[t.to(dev) for t in apply_variant(base, v, gen)] for v in VARIANTS]
+    a, b = sets[0]
+    flush = torch.empty(256 << 18, dtype=torch.int32, device=dev)  # 256 MB
+    res: dict = {"seed": seed, "pid": os.getpid(), "clock_before": sm_clock_mhz(),
+                 "affinity": sorted(os.sched_getaffinity(0))[:4], "flush_ptr": flush.data_ptr()}
+
+    def window(fn, sync: bool, n: int = 100) -> list[float]:
+        out = []
+        for i in range(n + 10):
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            if sync:
+                torch.cuda.synchronize()
+            e.record()
+            e.synchronize()
+            if i >= 10:
+                out.append(s.elapsed_time(e))
+        return out
+
+    kernels = {"honest": lambda x, y: ext.matmul_forward(x, y), "torch": torch.matmul}
+    for name, fn in kernels.items():
+        r: dict = {}
+        ptrs: list[int] = []
+
+        def call(args, fn=fn):
+            ptrs.append(args[0].data_ptr())
+            return fn(*args)
+
+        def fresh(pool, keep=None, tag=""):
+            ptrs.clear()
+            rp = RecordingPool(pool)
+            run = timing.time_calls(call, rp, device=dev, n_warmup=5, n_trials=100, budget_s=30.0,
+                                    rng=random.Random(seed * 7 + len(r)), keep_alive_bytes=keep)
+            taken = rp.taken[5:]  # after the warm-up calls
+            reused = [ptrs[5 + i] == ptrs[4 + i] for i in range(len(run.samples_ms))]
+            return {"median": statistics.median(run.samples_ms), "overhead_ms": run.overhead_ms,
+                    "samples": [round(x, 4) for x in run.samples_ms], "sets": taken, "in_place": reused}
+
+        r["fresh4_first"] = fresh(sets)
+        r["do_bench"] = triton.testing.do_bench(lambda: fn(a, b), warmup=50, rep=300, return_mode="median")
+        for sync in (False, True):
+            s = window(lambda: fn(a, b), sync)
+            r["fixed" if sync else "fixed_nosync"] = {"median": statistics.median(s), "p10": sorted(s)[10], "p90": sorted(s)[90]}
+        r["fresh1"] = fresh([sets[0]])
+        r["fresh1_recycle"] = fresh([sets[0]], keep=0)
+        r["fresh4_last"] = fresh(sets)
+        res[name] = r
+    res["clock_after"] = sm_clock_mhz()
+    return res
+
+
+def summarize(results: list[dict]) -> list[str]:
+    lines = []
+    for name in ("honest", "torch"):
+        lines.append(f"== {name}: medians per child (ms)")
+        keys = ["do_bench", "fixed_nosync", "fixed", "fresh1", "fresh1_recycle", "fresh4_first", "fresh4_last"]
+        lines.append("seed " + " ".join(f"{k:>14}" for k in keys) + "   fresh4 by set (first | last)  in-place/new")
+        for res in results:
+            if name not in res:
+                lines.append(f"{res.get('seed')} error {res.get('error', '')[:200]}")
+                continue
+            r = res[name]
+            vals = [r[k] if isinstance(r[k], float) else r[k]["median"] for k in keys]
+            by = []
+            for k in ("fresh4_first", "fresh4_last"):
+                f = r[k]
+                groups = {}
+                for s, x in zip(f["sets"], f["samples"]):
+                    groups.setdefault(s, []).append(x)
+                by.append(",".join(f"{statistics.median(groups[s]):.3f}" for s in sorted(groups)))
+            f = r["fresh4_last"]
+            ip = [x for x, p in zip(f["samples"], f["in_place"]) if p]
+            nw = [x for x, p in zip(f["samples"], f["in_place"]) if not p]
+            ipnw = f"{statistics.median(ip):.3f}/{statistics.median(nw):.3f}" if ip and nw else "-"
+            lines.append(f"{res['seed']:>4} " + " ".join(f"{v:14.4f}" for v in vals) + f"   {by[0]} | {by[1]}  {ipnw}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--children", type=int, default=8)
+    ap.add_argument("--child-seed", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args()
+    from kevin.sandbox import SandboxConfig
+
+    cache_dir = args.cache_dir or SandboxConfig().resolved_cache_dir()
+    if args.child_seed is not None:
+        print(json.dumps(child(args.child_seed, cache_dir)))
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.monotonic()
+    load_extension(cache_dir)  # build it once here if the cache is cold
+    print("extension ready", round(time.monotonic() - t, 1), "s", flush=True)
+    results = []
+    for k in range(args.children):
+        seed = k % 4
+        p = subprocess.run([sys.executable, __file__, "--out", str(out), "--child-seed", str(seed), "--cache-dir", cache_dir],
+                           capture_output=True, text=True, timeout=300)
+        try:
+            results.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        except Exception:
+            results.append({"seed": seed, "error": (p.stderr or p.stdout)[-2000:]})
+        print("child", k, "done", round(time.monotonic() - t, 1), "s", flush=True)
+        (out / "timing_modes.json").write_text(json.dumps({"command": " ".join(sys.argv), "children": results}, indent=1))
+    lines = summarize(results)
+    (out / "timing_modes.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
