@@ -164,6 +164,8 @@ def main() -> None:
                     help="SandboxConfig.parallel_checks for the many/one phases")
     ap.add_argument("--light-prelude", choices=("on", "off"), default="on",
                     help="SandboxConfig.light_prelude for the many/one phases (the CUDA unit's lighter prelude)")
+    ap.add_argument("--launch-cover-us", type=float, default=None,
+                    help="SandboxConfig.launch_cover_us (the GPU-side wait after the flush; default: the config's)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,10 +174,12 @@ def main() -> None:
 
     phases = set(args.phases.split(","))
     prefork = {"auto": SandboxConfig().prefork, "on": True, "off": False}[args.prefork]
-    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork)
+    cover = {} if args.launch_cover_us is None else {"launch_cover_us": args.launch_cover_us}
+    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover)
     results: dict = {"device": torch.cuda.get_device_name(0), "command": " ".join(sys.argv),
                      "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
-                                "cache_dir": config.resolved_cache_dir(), "prefork": config.prefork}}
+                                "cache_dir": config.resolved_cache_dir(), "prefork": config.prefork,
+                                "launch_cover_us": config.launch_cover_us}}
     honest = load_candidate("honest_matmul_cuda")
     sandbox = Sandbox("cuda", config)
 
@@ -183,7 +187,7 @@ def main() -> None:
     if "cold" in phases:
         honest = variant(honest, f"cold-{time.time_ns()}")
         t = time.monotonic()
-        cold_config = SandboxConfig(workers=1, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork)
+        cold_config = SandboxConfig(workers=1, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover)
         cold = Sandbox("cuda", cold_config).evaluate(TASK, honest)
         wall = time.monotonic() - t
         results["cold_single_worker"] = dict(summarize(cold), wall_seconds=round(wall, 3), candidates_per_second=round(1 / wall, 4))

@@ -18,7 +18,19 @@ ingredient of ``kevin.sandbox.timing.time_calls`` at a time:
   does; every call's set and whether it reused the previous call's buffers are recorded.
 
 ``fresh4`` runs first and last, so a mode that holds for a whole process shows twice. Children get seeds
-0..3, then 0..3 again (a mode tied to the input content repeats with the seed). Writes ``OUT_DIR/timing_modes.json``.
+0..3, then 0..3 again (a mode tied to the input content repeats with the seed). Writes ``OUT_DIR/timing_modes_ladder.json`` (and ``.txt``;
+run 24 wrote them as ``timing_modes.json``/``.txt``).
+
+``--mode interleave`` (``torch.matmul`` only, nothing to build): one loop of 600 calls per child that cycles
+through window variants call by call, so a mode that comes and goes in time hits every variant alike:
+
+- ``ours``: persisting-L2 reset; flush; start; call; synchronize; end (``time_calls``' window, fixed inputs);
+- ``noreset``: the same without the persisting-L2 reset;
+- ``sleep``: flush; a GPU-side spin of ``--sleep-us`` (``torch.cuda._sleep``); start; call; synchronize; end;
+- ``nosync``: flush; start; call; end.
+
+Per call it records the host's time from the end of the flush's enqueue to the return of the call (the launch path
+the flush is meant to hide) and the CPU it ran on.
 """
 
 from __future__ import annotations
@@ -136,6 +148,65 @@ def child(seed: int, cache_dir: str) -> dict:
     return res
 
 
+def child_interleave(seed: int, sleep_us: float, n: int = 600) -> dict:
+    import ctypes
+
+    import torch
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+    libc = ctypes.CDLL(None)
+    torch.manual_seed(seed)
+    a, b = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev)
+    flush = torch.empty(256 << 18, dtype=torch.int32, device=dev)  # 256 MB
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    torch.cuda._sleep(1 << 20)
+    torch.cuda.synchronize()
+    cycles_per_us = (1 << 20) / ((time.perf_counter() - t) * 1e6)
+    variants = ("ours", "noreset", "sleep", "nosync")
+    rows = []
+    for i in range(n + 20):
+        v = variants[i % len(variants)]
+        if v == "ours":
+            timing.reset_persisting_l2()
+        flush.zero_()
+        if v == "sleep":
+            torch.cuda._sleep(int(sleep_us * cycles_per_us))
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        h0 = time.perf_counter()
+        s.record()
+        out = torch.matmul(a, b)
+        h1 = time.perf_counter()
+        if v != "nosync":
+            torch.cuda.synchronize()
+        e.record()
+        e.synchronize()
+        del out
+        if i >= 20:
+            rows.append((v, round(s.elapsed_time(e), 4), round((h1 - h0) * 1e3, 4), libc.sched_getcpu()))
+    return {"seed": seed, "sleep_us": sleep_us, "cycles_per_us": round(cycles_per_us, 1), "rows": rows}
+
+
+def summarize_interleave(results: list[dict]) -> list[str]:
+    lines = ["per child, per variant: median ms in blocks of 100 calls (time order); host launch ms median/p90; CPUs"]
+    for res in results:
+        if "rows" not in res:
+            lines.append(f"error {res.get('error', '')[:300]}")
+            continue
+        rows = res["rows"]
+        lines.append(f"child seed {res['seed']} (sleep {res['sleep_us']} us, {res['cycles_per_us']} cycles/us)")
+        for v in ("ours", "noreset", "sleep", "nosync"):
+            vr = [r for r in rows if r[0] == v]
+            blocks = [vr[k:k + 25] for k in range(0, len(vr), 25)]
+            med = " ".join(f"{statistics.median(x[1] for x in blk):.4f}" for blk in blocks)
+            host = sorted(r[2] for r in vr)
+            cpus = sorted({r[3] for r in vr})
+            lines.append(f"  {v:8} {med}   host {statistics.median(host):.4f}/{host[int(0.9 * (len(host) - 1))]:.4f}  cpus {cpus}")
+    return lines
+
+
 def summarize(results: list[dict]) -> list[str]:
     lines = []
     for name in ("honest", "torch"):
@@ -169,31 +240,37 @@ def main() -> None:
     ap.add_argument("--children", type=int, default=8)
     ap.add_argument("--child-seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--mode", choices=("ladder", "interleave"), default="ladder")
+    ap.add_argument("--sleep-us", type=float, default=200.0)
     args = ap.parse_args()
     from kevin.sandbox import SandboxConfig
 
     cache_dir = args.cache_dir or SandboxConfig().resolved_cache_dir()
+    interleave = args.mode == "interleave"
     if args.child_seed is not None:
-        print(json.dumps(child(args.child_seed, cache_dir)))
+        res = child_interleave(args.child_seed, args.sleep_us) if interleave else child(args.child_seed, cache_dir)
+        print(json.dumps(res))
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()
-    load_extension(cache_dir)  # build it once here if the cache is cold
-    print("extension ready", round(time.monotonic() - t, 1), "s", flush=True)
+    if not interleave:
+        load_extension(cache_dir)  # build it once here if the cache is cold
+        print("extension ready", round(time.monotonic() - t, 1), "s", flush=True)
     results = []
     for k in range(args.children):
         seed = k % 4
-        p = subprocess.run([sys.executable, __file__, "--out", str(out), "--child-seed", str(seed), "--cache-dir", cache_dir],
+        p = subprocess.run([sys.executable, __file__, "--out", str(out), "--child-seed", str(seed), "--cache-dir", cache_dir,
+                            "--mode", args.mode, "--sleep-us", str(args.sleep_us)],
                            capture_output=True, text=True, timeout=300)
         try:
             results.append(json.loads(p.stdout.strip().splitlines()[-1]))
         except Exception:
             results.append({"seed": seed, "error": (p.stderr or p.stdout)[-2000:]})
         print("child", k, "done", round(time.monotonic() - t, 1), "s", flush=True)
-        (out / "timing_modes.json").write_text(json.dumps({"command": " ".join(sys.argv), "children": results}, indent=1))
-    lines = summarize(results)
-    (out / "timing_modes.txt").write_text("\n".join(lines) + "\n")
+        (out / f"timing_modes_{args.mode}.json").write_text(json.dumps({"command": " ".join(sys.argv), "children": results}, indent=1))
+    lines = summarize_interleave(results) if interleave else summarize(results)
+    (out / f"timing_modes_{args.mode}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

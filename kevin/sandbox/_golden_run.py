@@ -75,7 +75,8 @@ def run_golden(
         "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
         "tasks": specs,
         "measure_loop": mode != "calibrate" and config.measure_speed,
-        "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s},
+        "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
+                   "launch_cover_us": config.launch_cover_us},
     }
     worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu), data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))

@@ -128,7 +128,7 @@ class CandidateRun:
             "candidate": cand, "backend": backend, "ext_root": self.ext_root,
             "memory_limit": config.memory_limit_bytes, "measure_speed": config.measure_speed,
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
-            "inventory": config.kernel_inventory, "train_mode": config.train_mode,
+            "launch_cover_us": config.launch_cover_us, "inventory": config.kernel_inventory, "train_mode": config.train_mode,
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
         }
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",

@@ -85,6 +85,10 @@ class SandboxConfig:
     train_mode: bool = True
     """build both models in training mode, as KernelBench does (``nn.Module``'s default): BatchNorm uses
     batch statistics. False = ``.eval()`` (BatchNorm uses running statistics, Dropout is the identity)"""
+    launch_cover_us: float = 200.0
+    """CUDA: a GPU-side wait (``torch.cuda._sleep``) queued after the L2 flush and before the start event, so the
+    host's launch of the call is queued before the GPU reaches the start event, and the runtime is the GPU's
+    whatever the host's speed at that moment (``timing.time_calls``); 0 = the flush alone covers the launch"""
     max_wall_ratio: float = 3.0
     """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
 
@@ -97,10 +101,13 @@ class SandboxConfig:
             raise ValueError("tolerances must be >= 0")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if not self.launch_cover_us >= 0:
+            raise ValueError("launch_cover_us must be >= 0")
 
     def resolved_cache_dir(self) -> str:
         return self.cache_dir or default_cache_dir()
 
     def timing_settings(self) -> dict[str, Any]:
         """The fields that change a timing, so they key the baseline cache."""
-        return {k: v for k, v in asdict(self).items() if k in ("n_warmup", "n_trials", "timing_budget_s", "train_mode")}
+        return {k: v for k, v in asdict(self).items() if k in ("n_warmup", "n_trials", "timing_budget_s", "train_mode",
+                                                                 "launch_cover_us")}

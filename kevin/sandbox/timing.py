@@ -5,18 +5,19 @@ Used only inside worker processes (it imports torch). One timed call is:
     args = fresh(i)                      # outside the window: new address, new content (a pool set with
                                          # each tensor's elements randomly permuted), old buffers kept alive
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
+    torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
     start.record(); out = call(args); torch.cuda.synchronize(); end.record()     # CUDA
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                     # CPU
 
 The device-wide synchronize before the end event catches work left on other streams (hack D1); its own
-latency is measured by the same sequence with no call and subtracted. The flush is the last thing queued
-before the start event, and as large as ``triton.testing.do_bench``'s (256 MB), so, as there, the GPU is still
-flushing while the host runs the call up to its first launch: the runtime is the GPU's, not the launch
-latency of a Python forward (run 21, with the persisting-L2 reset between a 125 MB flush and the start event:
-6.7 % above do_bench's median for the benchmark's 1.9 ms matmul; ``benchmarks/results/sandbox_h200.md``). Host
-work that reads the inputs cannot hide there: a copy to the host waits for the flush, behind the start event;
-work on a non-blocking stream can (up to one flush per call; the static layer forbids streams). The runtime is the median of the
-samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
+latency is measured by the same sequence with no call and subtracted. The flush and the cover are the last
+things queued before the start event, so the GPU is still busy with them while the host runs the call up to
+its first launch: the runtime is the GPU's, as ``triton.testing.do_bench``'s is, not the launch latency of a
+Python forward. The flush alone (about 0.07 ms for 256 MB) did not always cover the launch: for whole loops at
+a time the host took longer and the window grew by 0.04-0.1 ms (``benchmarks/timing_modes.py``, run 24 of
+``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs cannot hide there: a copy to the host
+waits for the flush and the cover, behind the start event; work on a non-blocking stream can (up to one flush
+and one cover per call; the static layer forbids streams). The runtime is the median of the samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
 whose reference output the golden process computed, so a recheck looks exactly like any other timed call (a
 candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its
 output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled copy
@@ -105,6 +106,7 @@ class TimingRun:
     overhead_ms: float = 0.0
     l2_flush_bytes: int = 0
     l2_reset: bool = False
+    cover_cycles: int = 0
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -120,6 +122,7 @@ class TimingRun:
             "overhead_ms": self.overhead_ms,
             "l2_flush_bytes": self.l2_flush_bytes,
             "l2_reset": self.l2_reset,
+            "cover_cycles": self.cover_cycles,
             "n_trials": len(self.samples_ms),
         }
 
@@ -225,6 +228,7 @@ def time_calls(
     keep_alive_bytes: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     inventory: Callable[[], Any] | None = None,
+    launch_cover_us: float = 0.0,
 ) -> TimingRun:
     """Warm up, then time ``call`` on fresh inputs; ``rechecks`` maps trial index -> golden-input args.
 
@@ -233,7 +237,8 @@ def time_calls(
     that watches the recheck calls: PyTorch compute in a timed call is an error, even if the correctness
     calls were clean (a forward can tell the phases apart). Its cost falls outside the timed window.
     Stops after ``n_trials``, or once ``budget_s`` has passed, at least ``MIN_TRIALS`` trials were taken
-    and every recheck position has been reached.
+    and every recheck position has been reached. On CUDA, ``launch_cover_us`` of GPU-side waiting follows the
+    flush (the module docstring); the CPU backend ignores it.
     """
     rechecks = dict(rechecks or {})
     cuda = device.type == "cuda"
@@ -242,16 +247,22 @@ def time_calls(
     fresh = FreshInputs(pool, rng=rng, keep_alive_bytes=keep_alive_bytes)
     run = TimingRun()
     flush = None
+    cover = 0
     if cuda:
         run.l2_flush_bytes = max(2 * l2_cache_bytes(device), 256 << 20)
         flush = torch.empty(run.l2_flush_bytes // 4, dtype=torch.int32, device=device)
         run.l2_reset = reset_persisting_l2()
-        run.overhead_ms = _cuda_sync_overhead_ms(flush, device)
+        if launch_cover_us > 0:
+            cover = max(1, round(launch_cover_us * 1e-3 * sleep_cycles_per_ms(device)))
+        run.cover_cycles = cover
+        run.overhead_ms = _cuda_sync_overhead_ms(flush, device, cover)
 
     def one(args: list[Any]) -> tuple[float, float, Any]:
         if cuda:
             reset_persisting_l2()
             flush.zero_()
+            if cover:
+                torch.cuda._sleep(cover)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             w0 = clock()
             start.record()
@@ -318,11 +329,35 @@ def _refill(prev: list[Any], golden_args: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, n: int = 11) -> float:
-    """Median event time of ``flush; start; synchronize; end`` with no call: the timer's own latency."""
+_SLEEP_CYCLES_PER_MS: dict[int, float] = {}
+
+
+def sleep_cycles_per_ms(device: torch.device) -> float:
+    """How many cycles of ``torch.cuda._sleep`` (a one-thread spin on the SM's clock) take one millisecond of
+    event time on ``device``: the median of three event-timed spins of 2^20 cycles, measured once per process."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SLEEP_CYCLES_PER_MS:
+        cycles, rates = 1 << 20, []
+        with torch.cuda.device(index):
+            torch.cuda._sleep(cycles)  # the first spin also loads the kernel
+            for _ in range(3):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.cuda._sleep(cycles)
+                end.record()
+                end.synchronize()
+                rates.append(cycles / max(start.elapsed_time(end), 1e-6))
+        _SLEEP_CYCLES_PER_MS[index] = median(rates)
+    return _SLEEP_CYCLES_PER_MS[index]
+
+
+def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 11) -> float:
+    """Median event time of ``flush; cover; start; synchronize; end`` with no call: the timer's own latency."""
     samples = []
     for _ in range(n):
         flush.zero_()
+        if cover:
+            torch.cuda._sleep(cover)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         torch.cuda.synchronize(device)

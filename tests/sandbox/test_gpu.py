@@ -124,6 +124,51 @@ def test_cuda_timing_flushes_at_least_twice_the_l2_and_resets_persisting_lines(g
 
 
 @pytest.mark.gpu
+def test_cuda_timing_queues_the_launch_cover_of_the_config(gpu_warm):
+    r = gpu_warm["honest_matmul"]
+    assert r.status == "correct", r.feedback
+    assert r.details["timing"]["cover_cycles"] > 0  # SandboxConfig.launch_cover_us is 200 by default
+
+
+@pytest.mark.gpu
+def test_the_sleep_calibration_reads_an_sm_clock():
+    import torch
+
+    from kevin.sandbox import timing
+
+    rate = timing.sleep_cycles_per_ms(torch.device("cuda"))
+    assert 3e5 < rate < 3e6, rate  # cycles per ms of an SM clock between 0.3 and 3 GHz
+
+
+@pytest.mark.gpu
+def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window():
+    import random
+    import time
+
+    import torch
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+
+    def slow_launch(args):
+        t = time.perf_counter()
+        while time.perf_counter() - t < 300e-6:  # 0.3 ms of host work before the first launch
+            pass
+        return args[0] + 1
+
+    pool = [[torch.ones(1 << 16, device=dev)]]
+
+    def median_ms(cover_us):
+        return timing.time_calls(slow_launch, pool, device=dev, n_warmup=2, n_trials=20, budget_s=10,
+                                 rng=random.Random(0), launch_cover_us=cover_us).median_ms
+
+    # the flush alone (about 0.07 ms) covers part of the 0.3 ms: about 0.23 ms is timed; a 1 ms cover hides it all
+    assert median_ms(0) > 0.15
+    assert median_ms(1000) < 0.1
+
+
+@pytest.mark.gpu
 def test_an_illegal_memory_access_is_a_runtime_error(gpu_warm):
     r = gpu_warm["illegal_access"]
     assert r.status == "runtime_error", r.feedback

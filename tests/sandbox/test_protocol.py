@@ -77,6 +77,18 @@ def test_the_timing_loop_keeps_recheck_outputs_from_the_previous_calls_buffers()
     assert seen[1 + 3] == seen[1 + 2]  # the recheck call reused the previous call's address
 
 
+def test_the_cpu_timing_loop_ignores_the_launch_cover():
+    run = timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1,
+                            n_trials=3, budget_s=10, rng=random.Random(0), launch_cover_us=500.0)
+    assert len(run.samples_ms) == 3 and run.cover_cycles == 0
+
+
+def test_the_launch_cover_keys_the_baseline_cache_and_cannot_be_negative():
+    assert SandboxConfig(launch_cover_us=50.0).timing_settings() != SandboxConfig().timing_settings()
+    with pytest.raises(ValueError, match="launch_cover_us"):
+        SandboxConfig(launch_cover_us=-1.0)
+
+
 def test_median_of_an_even_count_is_the_mean_of_the_middle_pair():
     assert timing.median([4.0, 1.0, 3.0, 2.0]) == 2.5  # (2 + 3) / 2
 
