@@ -31,6 +31,10 @@ through window variants call by call, so a mode that comes and goes in time hits
 
 Per call it records the host's time from the end of the flush's enqueue to the return of the call (the launch path
 the flush is meant to hide) and the CPU it ran on.
+
+``--mode sweep`` (this process, nothing to build): ``time_calls`` with no cover and with ``--sleep-us`` of cover,
+against ``do_bench``, for PyTorch operations from a few microseconds to milliseconds (ReLU of 64K to 64M
+elements, square matmuls of 1024 to 4096, and a four-operation Python forward), each protocol run twice in turn.
 """
 
 from __future__ import annotations
@@ -207,6 +211,43 @@ def summarize_interleave(results: list[dict]) -> list[str]:
     return lines
 
 
+def sweep(sleep_us: float) -> list[str]:
+    import torch
+    import triton.testing
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device=dev, generator=g)
+
+    cases = [
+        ("relu 64K", lambda x: torch.relu(x), [rand(1 << 16)]),
+        ("relu 4M", lambda x: torch.relu(x), [rand(1 << 22)]),
+        ("relu 64M", lambda x: torch.relu(x), [rand(1 << 26)]),
+        ("matmul 1024", torch.matmul, [rand(1024, 1024), rand(1024, 1024)]),
+        ("matmul 2048", torch.matmul, [rand(2048, 2048), rand(2048, 2048)]),
+        ("matmul 4096", torch.matmul, [rand(4096, 4096), rand(4096, 4096)]),
+        ("4 ops on 4M", lambda x: x.mul(2).add(1).relu().sum(dim=1), [rand(2048, 2048)]),
+    ]
+    lines = [f"{'case':14} {'do_bench':>9} {'cover 0':>9} {'cover ' + format(sleep_us, 'g'):>10}   ratios to do_bench (two rounds each)"]
+    for name, fn, args in cases:
+        rows = {"do_bench": [], "0": [], "cover": []}
+        for r in range(2):
+            rows["do_bench"].append(triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median"))
+            for key, cover in (("0", 0.0), ("cover", sleep_us)):
+                run = timing.time_calls(lambda a: fn(*a), [args], device=dev, n_warmup=5, n_trials=100, budget_s=10.0,
+                                        rng=random.Random(r), launch_cover_us=cover)
+                rows[key].append(run.median_ms)
+        db = statistics.median(rows["do_bench"])
+        z, c = statistics.median(rows["0"]), statistics.median(rows["cover"])
+        lines.append(f"{name:14} {db:9.4f} {z:9.4f} {c:10.4f}   " + " ".join(
+            f"{k}: " + ",".join(f"{x / db:.3f}" for x in rows[k]) for k in ("0", "cover")))
+    return lines
+
+
 def summarize(results: list[dict]) -> list[str]:
     lines = []
     for name in ("honest", "torch"):
@@ -240,13 +281,20 @@ def main() -> None:
     ap.add_argument("--children", type=int, default=8)
     ap.add_argument("--child-seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--mode", choices=("ladder", "interleave"), default="ladder")
+    ap.add_argument("--mode", choices=("ladder", "interleave", "sweep"), default="ladder")
     ap.add_argument("--sleep-us", type=float, default=200.0)
     args = ap.parse_args()
     from kevin.sandbox import SandboxConfig
 
     cache_dir = args.cache_dir or SandboxConfig().resolved_cache_dir()
     interleave = args.mode == "interleave"
+    if args.mode == "sweep":
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        lines = sweep(args.sleep_us)
+        (out / "timing_modes_sweep.txt").write_text(" ".join(sys.argv) + "\n" + "\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     if args.child_seed is not None:
         res = child_interleave(args.child_seed, args.sleep_us) if interleave else child(args.child_seed, cache_dir)
         print(json.dumps(res))

@@ -103,6 +103,7 @@ class TimingRun:
 
     samples_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
+    launch_ms: list[float] = field(default_factory=list)  # CUDA: host time from the start event's record to the call's return
     overhead_ms: float = 0.0
     l2_flush_bytes: int = 0
     l2_reset: bool = False
@@ -123,6 +124,7 @@ class TimingRun:
             "l2_flush_bytes": self.l2_flush_bytes,
             "l2_reset": self.l2_reset,
             "cover_cycles": self.cover_cycles,
+            "launch_p90_ms": sorted(self.launch_ms)[int(0.9 * (len(self.launch_ms) - 1))] if self.launch_ms else None,
             "n_trials": len(self.samples_ms),
         }
 
@@ -267,10 +269,12 @@ def time_calls(
             w0 = clock()
             start.record()
             out = call(args)
+            launched = clock()
             torch.cuda.synchronize(device)
             end.record()
             end.synchronize()
             w1 = clock()
+            run.launch_ms.append((launched - w0) * 1e3)
             return max(start.elapsed_time(end) - run.overhead_ms, 0.0), (w1 - w0) * 1e3, out
         w0 = clock()
         out = call(args)
