@@ -6,19 +6,28 @@ Used only inside worker processes (it imports torch). One timed call is:
                                          # each tensor's elements randomly permuted), old buffers kept alive
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
-    start.record(); out = call(args); torch.cuda.synchronize(); end.record()     # CUDA
-    t0 = perf_counter(); out = call(args); t1 = perf_counter()                     # CPU
+    start.record(); out = call(args); end.record(); torch.cuda.synchronize(); after.record()    # CUDA
+    t0 = perf_counter(); out = call(args); t1 = perf_counter()                                    # CPU
 
-The device-wide synchronize before the end event catches work left on other streams (hack D1); its own
-latency is measured by the same sequence with no call and subtracted. The flush and the cover are the last
-things queued before the start event, so the GPU is still busy with them while the host runs the call up to
-its first launch: the runtime is the GPU's, as ``triton.testing.do_bench``'s is, not the launch latency of a
-Python forward. The flush alone (about 0.07 ms for 256 MB) did not always cover the launch: for whole loops at
-a time the host took longer and the window grew by 0.04-0.1 ms (``benchmarks/timing_modes.py``, run 24 of
-``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs cannot hide there: a copy to the host
-waits for the flush and the cover, behind the start event; work on a non-blocking stream can (up to one flush
-and one cover per call; the static layer forbids streams). The runtime is the median of the samples. At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set
-whose reference output the golden process computed, so a recheck looks exactly like any other timed call (a
+On CUDA a sample is start -> end, the call's work on the current stream, as ``triton.testing.do_bench``
+measures it, unless the device-wide synchronize found work still running elsewhere (hack D1): when end ->
+after is longer than ``tail_limit_ms`` (twice the synchronize's own latency + 0.02 ms, measured by the same
+sequence with no call), the sample is start -> after less that latency, so work left on other streams is
+timed. Work on another stream that ends within the limit after the call's own can go untimed: about 0.05 ms
+per call. Subtracting the latency from every sample instead, as this loop did before, adds its noise (a few
+microseconds, which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
+
+The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
+while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
+Python forward. The flush alone (about 0.07 ms for 256 MB) did not cover the launch: in a candidate's
+process the launch takes 0.07-0.14 ms at the 90th percentile, and the window grew by up to 0.1 ms for whole
+evaluations at a time (runs 24-26 of ``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs
+cannot hide there: a copy to the host waits for the flush and the cover, behind the start event; work on a
+non-blocking stream can (up to one flush and one cover per call; the static layer forbids streams). The
+runtime is the median of the samples.
+
+At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set whose
+reference output the golden process computed, so a recheck looks exactly like any other timed call (a
 candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its
 output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled copy
 of a set it has seen, a candidate can derive the answer with tables built in the untimed correctness calls
@@ -108,6 +117,8 @@ class TimingRun:
     l2_flush_bytes: int = 0
     l2_reset: bool = False
     cover_cycles: int = 0
+    tail_limit_ms: float = 0.0
+    n_tail: int = 0  # CUDA samples timed to the device-wide synchronize (work outlived the call on another stream)
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -124,6 +135,8 @@ class TimingRun:
             "l2_flush_bytes": self.l2_flush_bytes,
             "l2_reset": self.l2_reset,
             "cover_cycles": self.cover_cycles,
+            "tail_limit_ms": self.tail_limit_ms,
+            "n_tail": self.n_tail,
             "launch_p90_ms": sorted(self.launch_ms)[int(0.9 * (len(self.launch_ms) - 1))] if self.launch_ms else None,
             "n_trials": len(self.samples_ms),
         }
@@ -257,7 +270,7 @@ def time_calls(
         if launch_cover_us > 0:
             cover = max(1, round(launch_cover_us * 1e-3 * sleep_cycles_per_ms(device)))
         run.cover_cycles = cover
-        run.overhead_ms = _cuda_sync_overhead_ms(flush, device, cover)
+        run.overhead_ms, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover)
 
     def one(args: list[Any]) -> tuple[float, float, Any]:
         if cuda:
@@ -265,17 +278,23 @@ def time_calls(
             flush.zero_()
             if cover:
                 torch.cuda._sleep(cover)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             w0 = clock()
             start.record()
             out = call(args)
+            end.record()
             launched = clock()
             torch.cuda.synchronize(device)
-            end.record()
-            end.synchronize()
+            after.record()
+            after.synchronize()
             w1 = clock()
             run.launch_ms.append((launched - w0) * 1e3)
-            return max(start.elapsed_time(end) - run.overhead_ms, 0.0), (w1 - w0) * 1e3, out
+            if end.elapsed_time(after) <= run.tail_limit_ms:
+                ms = start.elapsed_time(end)
+            else:  # work was still running when the call returned: time it to the device-wide synchronize
+                run.n_tail += 1
+                ms = max(start.elapsed_time(after) - run.overhead_ms, 0.0)
+            return ms, (w1 - w0) * 1e3, out
         w0 = clock()
         out = call(args)
         w1 = clock()
@@ -355,17 +374,20 @@ def sleep_cycles_per_ms(device: torch.device) -> float:
     return _SLEEP_CYCLES_PER_MS[index]
 
 
-def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 11) -> float:
-    """Median event time of ``flush; cover; start; synchronize; end`` with no call: the timer's own latency."""
-    samples = []
+def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 21) -> tuple[float, float]:
+    """The timer's own latency, from ``flush; cover; start; end; synchronize; after`` with no call:
+    (median start -> after, the tail limit: 2 x median end -> after + 0.02 ms)."""
+    whole, tails = [], []
     for _ in range(n):
         flush.zero_()
         if cover:
             torch.cuda._sleep(cover)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record()
-        torch.cuda.synchronize(device)
         end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return median(samples)
+        torch.cuda.synchronize(device)
+        after.record()
+        after.synchronize()
+        whole.append(start.elapsed_time(after))
+        tails.append(end.elapsed_time(after))
+    return median(whole), 2 * median(tails) + 0.02

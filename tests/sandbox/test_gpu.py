@@ -169,6 +169,44 @@ def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window():
 
 
 @pytest.mark.gpu
+def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize():
+    import random
+
+    import torch
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+    side = torch.cuda.Stream()
+    big = torch.randn(4096, 4096, device=dev)
+
+    def on_side(args):
+        with torch.cuda.stream(side):
+            torch.matmul(big, big)  # about 2.7 ms, never joined to the current stream
+        return args[0] + 1
+
+    run = timing.time_calls(on_side, [[torch.ones(1 << 16, device=dev)]], device=dev, n_warmup=2, n_trials=20,
+                            budget_s=10, rng=random.Random(0), launch_cover_us=200)
+    assert run.n_tail >= 15, run.summary()  # the call's own stream ends at once; the synchronize waits for the matmul
+    assert run.median_ms > 1.0, run.summary()  # 2.7 ms less the 0.2 ms it ran under the cover
+
+
+@pytest.mark.gpu
+def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
+    import random
+
+    import torch
+
+    from kevin.sandbox import timing
+
+    dev = torch.device("cuda")
+    run = timing.time_calls(lambda a: torch.relu(a[0]), [[torch.randn(1 << 22, device=dev)]], device=dev, n_warmup=2,
+                            n_trials=40, budget_s=10, rng=random.Random(0), launch_cover_us=200)
+    assert run.n_tail < 20, run.summary()  # the synchronize found nothing left behind, bar a host hiccup
+    assert 0 < run.median_ms < 0.1, run.summary()  # a 32 MB ReLU: about 0.013 ms
+
+
+@pytest.mark.gpu
 def test_an_illegal_memory_access_is_a_runtime_error(gpu_warm):
     r = gpu_warm["illegal_access"]
     assert r.status == "runtime_error", r.feedback
