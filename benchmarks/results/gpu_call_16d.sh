@@ -20,7 +20,7 @@ python3 -c "
 import json
 d = json.load(open('$O/s/cover/sandbox_gpu.json')); n, b, w = d['timing_noise'], d['do_bench'], d.get('warm_evaluation', {})
 print('cv%', n['cv_percent'], 'over do_bench', b['ours_over_do_bench'], 'do_bench', round(b['do_bench_median_ms'], 4), 'torch', round(b['do_bench_torch_matmul_ms'], 4))
-print('  runtimes', [round(x, 4) for x in n['runtimes_ms']]); print('  launch p90', [None if x is None else round(x, 4) for x in n['launch_p90_ms']])
+print('  runtimes', [round(x, 4) for x in n['runtimes_ms']]); print('  launch p90', [None if x is None else round(x, 4) for x in n['launch_p90_ms']], 'n_tail', n['n_tail'])
 print('  warm', w.get('runtime_ms'), w.get('baseline_ms'), w.get('overhead_beyond_work_seconds'), w.get('wall_seconds'), {k: w.get('details', {}).get(k) for k in ()})"
 python3 -c "
 import json
