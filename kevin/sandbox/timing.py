@@ -6,16 +6,20 @@ Used only inside worker processes (it imports torch). One timed call is:
                                          # each tensor's elements randomly permuted), old buffers kept alive
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
-    start.record(); out = call(args); end.record(); torch.cuda.synchronize(); after.record()    # CUDA
+    start.record(); out = call(args); end.record(); end.synchronize()                          # CUDA
+    h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter()
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                                    # CPU
 
 On CUDA a sample is start -> end, the call's work on the current stream, as ``triton.testing.do_bench``
-measures it, unless the device-wide synchronize found work still running elsewhere (hack D1): when end ->
-after is longer than ``tail_limit_ms`` (twice the synchronize's own latency + 0.02 ms, measured by the same
-sequence with no call), the sample is start -> after less that latency, so work left on other streams is
-timed. Work on another stream that ends within the limit after the call's own can go untimed: about 0.05 ms
-per call. Subtracting the latency from every sample instead, as this loop did before, adds its noise (a few
-microseconds, which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
+measures it, unless the device-wide synchronize that follows finds work still running elsewhere (hack D1):
+when it takes longer than ``tail_limit_ms`` (twice its own median time with nothing left to wait for + 0.02
+ms, measured by the same sequence with no call), the sample is start -> end plus that wait, so work left on
+other streams is timed. The decision reads the host's clock around the synchronize alone: the host's lateness
+in returning from ``end.synchronize()`` does not enter it (run 27 decided on the events, and the candidate's
+slow host sent up to 59 of 100 samples of an honest kernel down the longer path). Work on another stream that
+ends within the limit after the call's own can go untimed: a few hundredths of a millisecond per call.
+Subtracting the synchronize's latency from every sample instead, as this loop did before, adds its noise (a
+few microseconds, which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
 
 The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
 while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
@@ -119,6 +123,7 @@ class TimingRun:
     cover_cycles: int = 0
     tail_limit_ms: float = 0.0
     n_tail: int = 0  # CUDA samples timed to the device-wide synchronize (work outlived the call on another stream)
+    # overhead_ms, on CUDA: the synchronize's median host time with nothing left to wait for
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -270,7 +275,7 @@ def time_calls(
         if launch_cover_us > 0:
             cover = max(1, round(launch_cover_us * 1e-3 * sleep_cycles_per_ms(device)))
         run.cover_cycles = cover
-        run.overhead_ms, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover)
+        run.overhead_ms, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover, clock=clock)
 
     def one(args: list[Any]) -> tuple[float, float, Any]:
         if cuda:
@@ -278,22 +283,21 @@ def time_calls(
             flush.zero_()
             if cover:
                 torch.cuda._sleep(cover)
-            start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             w0 = clock()
             start.record()
             out = call(args)
             end.record()
             launched = clock()
+            end.synchronize()
+            h0 = clock()
             torch.cuda.synchronize(device)
-            after.record()
-            after.synchronize()
             w1 = clock()
             run.launch_ms.append((launched - w0) * 1e3)
-            if end.elapsed_time(after) <= run.tail_limit_ms:
-                ms = start.elapsed_time(end)
-            else:  # work was still running when the call returned: time it to the device-wide synchronize
+            ms, wait_ms = start.elapsed_time(end), (w1 - h0) * 1e3
+            if wait_ms > run.tail_limit_ms:  # work outlived the call's own stream: time it to the synchronize
                 run.n_tail += 1
-                ms = max(start.elapsed_time(after) - run.overhead_ms, 0.0)
+                ms += wait_ms
             return ms, (w1 - w0) * 1e3, out
         w0 = clock()
         out = call(args)
@@ -374,20 +378,20 @@ def sleep_cycles_per_ms(device: torch.device) -> float:
     return _SLEEP_CYCLES_PER_MS[index]
 
 
-def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 21) -> tuple[float, float]:
-    """The timer's own latency, from ``flush; cover; start; end; synchronize; after`` with no call:
-    (median start -> after, the tail limit: 2 x median end -> after + 0.02 ms)."""
-    whole, tails = [], []
+def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 21,
+                           clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """The synchronize's own time, from ``flush; cover; start; end; end.synchronize(); synchronize()`` with no
+    call: (its median host ms with nothing left to wait for, the tail limit: twice that + 0.02 ms)."""
+    waits = []
     for _ in range(n):
         flush.zero_()
         if cover:
             torch.cuda._sleep(cover)
-        start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         end.record()
+        end.synchronize()
+        h0 = clock()
         torch.cuda.synchronize(device)
-        after.record()
-        after.synchronize()
-        whole.append(start.elapsed_time(after))
-        tails.append(end.elapsed_time(after))
-    return median(whole), 2 * median(tails) + 0.02
+        waits.append((clock() - h0) * 1e3)
+    return median(waits), 2 * median(waits) + 0.02
