@@ -84,13 +84,18 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   the harness as soon as it is loaded, before any more candidate code runs.
   The check is a sample: a candidate that skips the work on a random share f of its timed calls passes
   with probability (1 - f)^n_rechecks (about 0.125 for f = 0.5 and the default 3 rechecks).
-- D1 side streams: a device-wide synchronize before the end event (its own latency, measured with no
-  call, is subtracted). D7 L2 persistence: the persisting-L2 limit set to 0 and persisting lines reset, then
-  a flush of max(2 x L2 size, 256 MB) queued last before every timed call's start event (as in do_bench, the
-  host's launch latency up to the first kernel overlaps the flush; host work on the inputs cannot, since a
-  copy to the host waits behind it). Work launched on a non-blocking stream could run beside the flush,
-  before the start event, and warm the L2 for the timed kernel: up to one flush per call (about 0.09 ms on
-  an H200, from 0.04 ms for 125 MB in run 20); only the static layer's ban on streams stands against that.
+- D1 side streams: after every timed call, once the call's own stream has reached its end event, a
+  device-wide synchronize; when that still has to wait (longer than twice its median time with nothing left
+  to wait for, + 0.02 ms, measured in the same process with no call), the wait is added to the sample, so
+  work left on another stream is timed. D7 L2 persistence: the persisting-L2 limit set to 0 and persisting
+  lines reset, then a flush of max(2 x L2 size, 256 MB) and a GPU-side wait of ``launch_cover_us`` (200 us)
+  queued last before every timed call's start event: the host's launch of the call overlaps them, so the
+  sample is the GPU's time, as do_bench's is (in a candidate's process the launch alone takes 0.07-0.22 ms
+  at the 90th percentile, more than the flush); host work on the inputs cannot overlap, since a copy to the
+  host waits behind them. Work launched on a non-blocking stream can run beside the flush and the wait,
+  before the start event (about 0.27 ms per call on an H200), and can end up to the limit above after the
+  call's own work (a few hundredths of a millisecond) without being timed; only the static layer's ban on
+  streams stands against that.
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
   candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
   where any candidate could rewrite it.
@@ -187,7 +192,8 @@ storage PyTorch allocated, not aliasing its inputs, with NaN/inf exactly where t
 every other element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the
 harness's functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when
 timed, its timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median
-of device-synchronised calls after an L2 flush) is consistent with the parent's wall clock (on the CPU
+over calls after an L2 flush of the GPU time from the call's first launch to the end of its stream, or to a
+device-wide synchronize when work outlived it) is consistent with the parent's wall clock (on the CPU
 backend, with that clock eased by at most half where the candidate's own CPU clock shows it was kept waiting).
 """
 
