@@ -93,7 +93,7 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   sample is the GPU's time, as do_bench's is (in a candidate's process the launch alone takes 0.07-0.22 ms
   at the 90th percentile, more than the flush); host work on the inputs cannot overlap, since a copy to the
   host waits behind them. Work launched on a non-blocking stream can run beside the flush and the wait,
-  before the start event (about 0.27 ms per call on an H200), and can end up to the limit above after the
+  before the start event (about 0.28 ms per call on an H200), and can end up to the limit above after the
   call's own work (a few hundredths of a millisecond) without being timed; only the static layer's ban on
   streams stands against that.
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any

@@ -87,8 +87,9 @@ class SandboxConfig:
     batch statistics. False = ``.eval()`` (BatchNorm uses running statistics, Dropout is the identity)"""
     launch_cover_us: float = 200.0
     """CUDA: a GPU-side wait (``torch.cuda._sleep``) queued after the L2 flush and before the start event, so the
-    host's launch of the call is queued before the GPU reaches the start event, and the runtime is the GPU's
-    whatever the host's speed at that moment (``timing.time_calls``); 0 = the flush alone covers the launch"""
+    host's launch of the call is queued before the GPU reaches the start event and the runtime is the GPU's, as
+    long as the launch takes less than the flush and the wait (in a candidate's process on an H200: 0.07-0.22 ms
+    at the 90th percentile; ``timing.time_calls``); 0 = the flush alone covers the launch"""
     max_wall_ratio: float = 3.0
     """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
 

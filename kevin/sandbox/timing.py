@@ -23,9 +23,9 @@ few microseconds, which is most of a small kernel's time; ``benchmarks/timing_mo
 
 The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
 while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
-Python forward. The flush alone (about 0.07 ms for 256 MB) did not cover the launch: in a candidate's
-process the launch takes 0.07-0.14 ms at the 90th percentile, and the window grew by up to 0.1 ms for whole
-evaluations at a time (runs 24-26 of ``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs
+Python forward. The flush alone (about 0.08 ms for 256 MB) did not cover the launch: in a candidate's
+process the launch takes 0.07-0.22 ms at the 90th percentile, and the window grew by up to 0.1 ms for whole
+evaluations at a time (runs 24-28 of ``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs
 cannot hide there: a copy to the host waits for the flush and the cover, behind the start event; work on a
 non-blocking stream can (up to one flush and one cover per call; the static layer forbids streams). The
 runtime is the median of the samples.
