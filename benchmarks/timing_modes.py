@@ -11,26 +11,30 @@ ingredient of ``kevin.sandbox.timing.time_calls`` at a time:
 
 - ``do_bench``: ``triton.testing.do_bench`` median (fixed inputs, its own 256 MB flush, no synchronize);
 - ``fixed_nosync``: flush; start; call; end (fixed inputs);
-- ``fixed``: flush; start; call; synchronize; end (fixed inputs): our window, no fresh inputs;
-- ``fresh1``: ``time_calls`` on a pool of one set (the task's distribution);
+- ``fixed``: flush; start; call; synchronize; end (fixed inputs): stop 15's window, no fresh inputs;
+- ``fresh1``: ``time_calls`` on a pool of one set (the task's distribution), with no launch cover (in run 24,
+  stop 15's ``time_calls``: synchronize, then the end event, its latency subtracted; the ``fresh*`` rows of a
+  later run use the ``time_calls`` of their day);
 - ``fresh1_recycle``: the same with ``keep_alive_bytes=0`` (the allocator reuses the same few buffers);
 - ``fresh4``: ``time_calls`` on the four variant sets (task, signed, scaled, heavy), as a candidate's timing
   does; every call's set and whether it reused the previous call's buffers are recorded.
 
 ``fresh4`` runs first and last, so a mode that holds for a whole process shows twice. Children get seeds
-0..3, then 0..3 again (a mode tied to the input content repeats with the seed). Writes ``OUT_DIR/timing_modes_ladder.json`` (and ``.txt``;
-run 24 wrote them as ``timing_modes.json``/``.txt``).
+0..3, then 0..3 again (a mode tied to the input content repeats with the seed). Writes
+``OUT_DIR/timing_modes_ladder.json`` (and ``.txt``; run 24 wrote them as ``timing_modes.json``/``.txt``).
 
 ``--mode interleave`` (``torch.matmul`` only, nothing to build): one loop of 600 calls per child that cycles
 through window variants call by call, so a mode that comes and goes in time hits every variant alike:
 
-- ``ours``: persisting-L2 reset; flush; start; call; synchronize; end (``time_calls``' window, fixed inputs);
+- ``ours``: persisting-L2 reset; flush; start; call; synchronize; end (stop 15's window, fixed inputs);
 - ``noreset``: the same without the persisting-L2 reset;
 - ``sleep``: flush; a GPU-side spin of ``--sleep-us`` (``torch.cuda._sleep``); start; call; synchronize; end;
 - ``nosync``: flush; start; call; end.
 
-Per call it records the host's time from the end of the flush's enqueue to the return of the call (the launch path
-the flush is meant to hide) and the CPU it ran on.
+Per call it records the host's time from just before the start event's record to the return of the call (the
+launch path the flush is meant to hide) and the CPU it ran on. Run 25's sleep was calibrated on the host's clock
+(first spin included), so its ``sleep`` rows waited about 11 us in the first child and about 140 us in the others
+(at 1980 cycles per us); the spin is now calibrated with ``kevin.sandbox.timing.sleep_cycles_per_ms``.
 
 ``--mode sweep`` (this process, nothing to build): ``time_calls`` with no cover and with ``--sleep-us`` of cover,
 against ``do_bench``, for PyTorch operations from a few microseconds to milliseconds (ReLU of 64K to 64M
@@ -164,11 +168,7 @@ def child_interleave(seed: int, sleep_us: float, n: int = 600) -> dict:
     torch.manual_seed(seed)
     a, b = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev)
     flush = torch.empty(256 << 18, dtype=torch.int32, device=dev)  # 256 MB
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    torch.cuda._sleep(1 << 20)
-    torch.cuda.synchronize()
-    cycles_per_us = (1 << 20) / ((time.perf_counter() - t) * 1e6)
+    cycles_per_us = timing.sleep_cycles_per_ms(dev) / 1e3
     variants = ("ours", "noreset", "sleep", "nosync")
     rows = []
     for i in range(n + 20):

@@ -85,17 +85,21 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   The check is a sample: a candidate that skips the work on a random share f of its timed calls passes
   with probability (1 - f)^n_rechecks (about 0.125 for f = 0.5 and the default 3 rechecks).
 - D1 side streams: after every timed call, once the call's own stream has reached its end event, a
-  device-wide synchronize; when that still has to wait (longer than twice its median time with nothing left
-  to wait for, + 0.02 ms, measured in the same process with no call), the wait is added to the sample, so
-  work left on another stream is timed. D7 L2 persistence: the persisting-L2 limit set to 0 and persisting
-  lines reset, then a flush of max(2 x L2 size, 256 MB) and a GPU-side wait of ``launch_cover_us`` (200 us)
-  queued last before every timed call's start event: the host's launch of the call overlaps them, so the
-  sample is the GPU's time, as do_bench's is (in a candidate's process the launch alone takes 0.07-0.22 ms
+  device-wide synchronize, then a last event. The sample is start -> end, unless the synchronize had to wait
+  (longer than twice its median time with nothing left to wait for + 0.02 ms, at most 0.1 ms, measured in
+  the same process with no call) or the last event came more than 0.2 ms later than usual after the end
+  event (something held the harness's thread back): then it is start -> last event, less that event's usual
+  latency, so work left on another stream is timed. D7 L2 persistence: the persisting-L2 limit set to 0 and
+  persisting lines reset, then a flush of max(2 x L2 size, 256 MB) and a GPU-side wait of ``launch_cover_us``
+  (200 us) queued last before every timed call's start event: the host's launch of the call overlaps them, so
+  the sample is the GPU's time, as do_bench's is (in a candidate's process the launch alone takes 0.07-0.22 ms
   at the 90th percentile, more than the flush); host work on the inputs cannot overlap, since a copy to the
-  host waits behind them. Work launched on a non-blocking stream can run beside the flush and the wait,
-  before the start event (about 0.28 ms per call on an H200), and can end up to the limit above after the
-  call's own work (a few hundredths of a millisecond) without being timed; only the static layer's ban on
-  streams stands against that.
+  host waits behind them. Not defended: work launched on a non-blocking stream runs beside the flush and the
+  wait, before the start event (a head start of the flush, by arithmetic about 0.08 ms for 256 MB, plus the
+  0.2 ms wait, less the host's launch time), and can end within the synchronize's limit after the call's own
+  work, without being timed; a kernel shorter than that head start can be hidden whole. Only the static
+  layer stands against that: it forbids streams, host callbacks, graphs and entry-point lookups in the
+  runtime and the driver API, and the built library's symbol check forbids the driver API's.
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
   candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
   where any candidate could rewrite it.
@@ -192,8 +196,10 @@ storage PyTorch allocated, not aliasing its inputs, with NaN/inf exactly where t
 every other element within ``atol * rms(ref) + rtol * |ref|``; it left its inputs, the numerics flags, the
 harness's functions and the thread count unchanged; it dispatched no PyTorch compute operator; and, when
 timed, its timed calls on fresh inputs were as correct as the checked ones, and the reported runtime (median
-over calls after an L2 flush of the GPU time from the call's first launch to the end of its stream, or to a
-device-wide synchronize when work outlived it) is consistent with the parent's wall clock (on the CPU
+over calls after an L2 flush of the GPU time from the start event, which the GPU reaches once the call is
+queued or the cover has passed, to the end of the call's stream, or to an event after a device-wide
+synchronize when that synchronize waited or the harness came back late) is consistent with the parent's wall
+clock (on the CPU
 backend, with that clock eased by at most half where the candidate's own CPU clock shows it was kept waiting).
 """
 

@@ -108,7 +108,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     init_inputs = [tensors[f"init.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(spec["init_inputs"])]
     rng = random.Random(secrets.randbits(64))
     timing_args = dict(device=device, n_warmup=int(job["n_warmup"]), n_trials=int(job["n_trials"]),
-                       budget_s=float(job["budget_s"]), launch_cover_us=float(job.get("launch_cover_us", 0.0)))
+                       budget_s=float(job["budget_s"]), launch_cover_us=float(job["launch_cover_us"]))
 
     model_cls = getattr(module, "ModelNew", None)
     if not isinstance(model_cls, type):

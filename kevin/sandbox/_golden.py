@@ -156,7 +156,7 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
             run = timing.time_calls(
                 lambda args: model(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
                 n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
-                rng=random.Random(int(job["seed"])), launch_cover_us=float(job["timing"].get("launch_cover_us", 0.0)),
+                rng=random.Random(int(job["seed"])), launch_cover_us=float(job["timing"]["launch_cover_us"]),
             )
         meta["baseline"] = run.summary()
     save_file(in_tensors, os.path.join(out_dir, "inputs.safetensors"))
@@ -185,7 +185,7 @@ def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.d
     t0, c0 = time.perf_counter(), time.process_time()
     run = timing.time_calls(fn, pool, device=device, n_warmup=n_warmup, n_trials=n_trials,
                             budget_s=float(job["timing"]["budget_s"]), rng=rng, rechecks=rechecks,
-                            inventory=_inventory.ProfiledOps, launch_cover_us=float(job["timing"].get("launch_cover_us", 0.0)))
+                            inventory=_inventory.ProfiledOps, launch_cover_us=float(job["timing"]["launch_cover_us"]))
     calls = n_warmup + len(run.samples_ms)
     return (time.perf_counter() - t0) * 1e3 / calls, (time.process_time() - c0) * 1e3 / calls
 

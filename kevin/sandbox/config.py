@@ -102,8 +102,8 @@ class SandboxConfig:
             raise ValueError("tolerances must be >= 0")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
-        if not self.launch_cover_us >= 0:
-            raise ValueError("launch_cover_us must be >= 0")
+        if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too
+            raise ValueError("launch_cover_us must be between 0 and 100000 (microseconds)")
 
     def resolved_cache_dir(self) -> str:
         return self.cache_dir or default_cache_dir()

@@ -249,9 +249,13 @@ _CPP_LIBRARIES = re.compile(
     r"\b(cublas\w*|cudnn\w*|cutlass::\w*|cute::\w*|thrust::\w*|cub::Device\w*|cufft\w*|cusparse\w*"
     r"|cusolver\w*|cblas_\w*|Eigen::\w*|dnnl::\w*|mkl_\w*|mkldnn\w*|[sd]gemm_)"
     r"|#\s*include\s*[<\"](cublas|cudnn|cutlass|cute|thrust|cufft|cusparse|cusolver|mkl|Eigen|dnnl|cblas)")
+# Streams and host callbacks in the runtime and the driver API, and the entry-point lookups that reach either
+# without naming it (a review's finding: the driver's cuStreamCreate was not listed).
 _CPP_STREAMS = re.compile(
     r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|cudaStreamBeginCapture\w*"
-    r"|cudaGraph\w*|cudaEventDisableTiming)\b")
+    r"|cudaGraph\w*|cudaEventDisableTiming|cudaLaunchHostFunc|cudaStreamAddCallback"
+    r"|cuStreamCreate\w*|cuStreamBeginCapture\w*|cuGraph\w*|cuLaunchHostFunc|cuStreamAddCallback|cuCtxCreate\w*"
+    r"|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*)\b")
 _CPP_L2 = re.compile(
     r"\b(cudaStreamAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*"
     r"|cudaLimitPersistingL2CacheSize|cudaCtxResetPersistingL2Cache|cudaDeviceSetLimit"
@@ -1301,7 +1305,7 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         for m in _CPP_LIBRARIES.finditer(text):  # with strings: #include "cublas_v2.h"
             hit(m, "uses", "library kernels are not allowed; write your own (allow_libraries is off)")
     for m in _CPP_STREAMS.finditer(code):
-        hit(m, "uses", "extra streams, CUDA graphs and timing tricks are not allowed; launch on "
+        hit(m, "uses", "extra streams, host callbacks, CUDA graphs and timing tricks are not allowed; launch on "
                        "at::cuda::getCurrentCUDAStream()")
     for m in _CPP_L2.finditer(code):
         hit(m, "uses", "L2 persistence and device limits are not allowed; leave the cache alone")

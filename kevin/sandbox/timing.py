@@ -7,19 +7,22 @@ Used only inside worker processes (it imports torch). One timed call is:
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
     start.record(); out = call(args); end.record(); end.synchronize()                          # CUDA
-    h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter()
+    h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter(); fin.record()
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                                    # CPU
 
 On CUDA a sample is start -> end, the call's work on the current stream, as ``triton.testing.do_bench``
-measures it, unless the device-wide synchronize that follows finds work still running elsewhere (hack D1):
-when it takes longer than ``tail_limit_ms`` (twice its own median time with nothing left to wait for + 0.02
-ms, measured by the same sequence with no call), the sample is start -> end plus that wait, so work left on
-other streams is timed. The decision reads the host's clock around the synchronize alone: the host's lateness
-in returning from ``end.synchronize()`` does not enter it (run 27 decided on the events, and the candidate's
-slow host sent up to 59 of 100 samples of an honest kernel down the longer path). Work on another stream that
-ends within the limit after the call's own can go untimed: a few hundredths of a millisecond per call.
-Subtracting the synchronize's latency from every sample instead, as this loop did before, adds its noise (a
-few microseconds, which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
+measures it, unless one of two things happened after the call's stream reached its end:
+
+- the device-wide synchronize had to wait (its host time h1 - h0 above ``tail_limit_ms``: twice its median
+  with nothing left to wait for + 0.02 ms, at most 0.1 ms): work outlived the call on another stream (hack D1);
+- the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
+  held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
+
+Then the sample is start -> fin less that median, as every sample was before stop 16. So work on another
+stream that ends after the call's own is timed unless it ends within the synchronize's limit (a few
+hundredths of a millisecond), and a delay of the harness's thread is timed beyond 0.2 ms. Subtracting the
+latency from every sample instead adds its noise (a few microseconds, which is most of a small kernel's
+time; ``benchmarks/timing_modes.py --mode sweep``).
 
 The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
 while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
@@ -58,6 +61,8 @@ import numpy as np
 import torch
 
 MIN_TRIALS = 10
+LATE_MS = 0.2  # CUDA: a sample whose last event came this much later than usual after its stream's end runs to it
+TAIL_LIMIT_CAP_MS = 0.1  # CUDA: the most the synchronize may wait before the sample runs to it
 
 
 def median(xs: Sequence[float]) -> float:
@@ -116,14 +121,15 @@ class TimingRun:
 
     samples_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
-    launch_ms: list[float] = field(default_factory=list)  # CUDA: host time from the start event's record to the call's return
+    launch_ms: list[float] = field(default_factory=list)  # CUDA: host ms from recording the start event to the return
     overhead_ms: float = 0.0
     l2_flush_bytes: int = 0
     l2_reset: bool = False
     cover_cycles: int = 0
     tail_limit_ms: float = 0.0
-    n_tail: int = 0  # CUDA samples timed to the device-wide synchronize (work outlived the call on another stream)
-    # overhead_ms, on CUDA: the synchronize's median host time with nothing left to wait for
+    late_limit_ms: float = 0.0
+    n_tail: int = 0  # CUDA trials timed to the last event (work outlived the call's stream, or the host came back late)
+    # overhead_ms, on CUDA: the median GPU time from a stream's end to the last event, with no call
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -141,6 +147,7 @@ class TimingRun:
             "l2_reset": self.l2_reset,
             "cover_cycles": self.cover_cycles,
             "tail_limit_ms": self.tail_limit_ms,
+            "late_limit_ms": self.late_limit_ms,
             "n_tail": self.n_tail,
             "launch_p90_ms": sorted(self.launch_ms)[int(0.9 * (len(self.launch_ms) - 1))] if self.launch_ms else None,
             "n_trials": len(self.samples_ms),
@@ -276,14 +283,16 @@ def time_calls(
             cover = max(1, round(launch_cover_us * 1e-3 * sleep_cycles_per_ms(device)))
         run.cover_cycles = cover
         run.overhead_ms, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover, clock=clock)
+        run.late_limit_ms = run.overhead_ms + LATE_MS
 
-    def one(args: list[Any]) -> tuple[float, float, Any]:
+    def one(args: list[Any]) -> tuple[float, float, Any, bool, float]:
+        """(sample ms, wall ms, outputs, whether the sample ran to the synchronize, host launch ms)."""
         if cuda:
             reset_persisting_l2()
             flush.zero_()
             if cover:
                 torch.cuda._sleep(cover)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end, fin = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             w0 = clock()
             start.record()
             out = call(args)
@@ -292,17 +301,20 @@ def time_calls(
             end.synchronize()
             h0 = clock()
             torch.cuda.synchronize(device)
+            h1 = clock()
+            fin.record()
+            fin.synchronize()
             w1 = clock()
-            run.launch_ms.append((launched - w0) * 1e3)
-            ms, wait_ms = start.elapsed_time(end), (w1 - h0) * 1e3
-            if wait_ms > run.tail_limit_ms:  # work outlived the call's own stream: time it to the synchronize
-                run.n_tail += 1
-                ms += wait_ms
-            return ms, (w1 - w0) * 1e3, out
+            waited = (h1 - h0) * 1e3 > run.tail_limit_ms  # work outlived the call's own stream
+            late = end.elapsed_time(fin) > run.late_limit_ms  # the host came back late from the stream's end
+            wall, launch = (w1 - w0) * 1e3, (launched - w0) * 1e3
+            if waited or late:
+                return max(start.elapsed_time(fin) - run.overhead_ms, 0.0), wall, out, True, launch
+            return start.elapsed_time(end), wall, out, False, launch
         w0 = clock()
         out = call(args)
         w1 = clock()
-        return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out
+        return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, False, 0.0
 
     for i in range(n_warmup):
         one(fresh(i))
@@ -324,14 +336,17 @@ def time_calls(
         watch = inventory() if inventory is not None and i in rechecks else None
         if watch is not None:
             with watch:
-                ms, wall, out = one(args)
+                ms, wall, out, tail, launch = one(args)
             if watch.compute_ops:
                 run.errors.append(f"timed call {i}: your forward called PyTorch operators ("
                                   + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
         else:
-            ms, wall, out = one(args)
+            ms, wall, out, tail, launch = one(args)
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
+        run.n_tail += tail
+        if cuda:
+            run.launch_ms.append(launch)
         if not run.errors and not _allocator_owned(out):
             run.errors.append(f"timed call {i}: an output is not in memory from PyTorch's allocator")
         if i in rechecks:
@@ -374,24 +389,28 @@ def sleep_cycles_per_ms(device: torch.device) -> float:
                 end.record()
                 end.synchronize()
                 rates.append(cycles / max(start.elapsed_time(end), 1e-6))
-        _SLEEP_CYCLES_PER_MS[index] = median(rates)
+        _SLEEP_CYCLES_PER_MS[index] = min(max(median(rates), 1e5), 1e7)  # an SM clock of 0.1 to 10 GHz
     return _SLEEP_CYCLES_PER_MS[index]
 
 
 def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int = 0, n: int = 21,
                            clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
-    """The synchronize's own time, from ``flush; cover; start; end; end.synchronize(); synchronize()`` with no
-    call: (its median host ms with nothing left to wait for, the tail limit: twice that + 0.02 ms)."""
-    waits = []
+    """The timer's own latency, from the timed call's sequence with no call (``flush; cover; start; end;
+    end.synchronize(); synchronize(); fin``): (median end -> fin, the GPU time from the stream's end to the
+    last event, the tail limit: min(twice the synchronize's median host time + 0.02 ms, 0.1 ms))."""
+    latency, waits = [], []
     for _ in range(n):
         flush.zero_()
         if cover:
             torch.cuda._sleep(cover)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end, fin = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record()
         end.record()
         end.synchronize()
         h0 = clock()
         torch.cuda.synchronize(device)
         waits.append((clock() - h0) * 1e3)
-    return median(waits), 2 * median(waits) + 0.02
+        fin.record()
+        fin.synchronize()
+        latency.append(end.elapsed_time(fin))
+    return median(latency), min(2 * median(waits) + 0.02, TAIL_LIMIT_CAP_MS)

@@ -187,7 +187,7 @@ def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize():
 
     run = timing.time_calls(on_side, [[torch.ones(1 << 16, device=dev)]], device=dev, n_warmup=2, n_trials=20,
                             budget_s=10, rng=random.Random(0), launch_cover_us=200)
-    assert run.n_tail >= 15, run.summary()  # the call's own stream ends at once; the synchronize waits for the matmul
+    assert run.n_tail >= 15, run.summary()  # of the 20 trials: the call's stream ends at once, the synchronize waits
     assert run.median_ms > 1.0, run.summary()  # 2.7 ms less the 0.2 ms it ran under the cover
 
 
@@ -203,7 +203,8 @@ def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
     run = timing.time_calls(lambda a: torch.relu(a[0]), [[torch.randn(1 << 22, device=dev)]], device=dev, n_warmup=2,
                             n_trials=40, budget_s=10, rng=random.Random(0), launch_cover_us=200)
     assert run.n_tail < 20, run.summary()  # the synchronize found nothing left behind, bar a host hiccup
-    assert 0 < run.median_ms < 0.1, run.summary()  # a 32 MB ReLU: about 0.013 ms
+    # a 32 MB ReLU takes about 0.013 ms (run 28's sweep: 0.0125); a sample run to the last event adds 0.02 ms or more
+    assert 0 < run.median_ms < 0.03, run.summary()
 
 
 @pytest.mark.gpu

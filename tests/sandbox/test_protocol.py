@@ -89,6 +89,25 @@ def test_the_launch_cover_keys_the_baseline_cache_and_cannot_be_negative():
         SandboxConfig(launch_cover_us=-1.0)
 
 
+def test_the_golden_process_times_the_baseline_with_the_configs_launch_cover(monkeypatch, tmp_path):
+    from kevin.sandbox import _golden_run
+
+    jobs = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_worker(module, job, **kwargs):
+        jobs.append(job)
+        raise Stop
+
+    monkeypatch.setattr(_golden_run._process, "Worker", fake_worker)
+    with pytest.raises(Stop):
+        _golden_run.run_golden([("k", RELU_TASK.source)], root=str(tmp_path), gpu=None,
+                               config=SandboxConfig(launch_cover_us=123.0), seed=0)
+    assert jobs[0]["timing"]["launch_cover_us"] == 123.0
+
+
 def test_median_of_an_even_count_is_the_mean_of_the_middle_pair():
     assert timing.median([4.0, 1.0, 3.0, 2.0]) == 2.5  # (2 + 3) / 2
 

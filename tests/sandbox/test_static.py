@@ -401,6 +401,22 @@ def test_rejects_cpp_stream_creation():
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaStreamCreateWithFlags")
 
 
+def test_rejects_a_driver_api_stream():
+    # cuStreamCreate through libcuda: the runtime's name is not the only way to a second stream (a review's finding)
+    extra = "CUstream s; cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cuStreamCreate")
+
+
+def test_rejects_a_host_function_queued_on_a_stream():
+    extra = "static void CUDART_CB spin(void*) {}\nvoid later() { cudaLaunchHostFunc(0, spin, nullptr); }"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaLaunchHostFunc")
+
+
+def test_rejects_a_driver_entry_point_lookup():
+    extra = "void* f; cudaGetDriverEntryPoint(\"cuStreamCreate\", &f, 0);"
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaGetDriverEntryPoint")
+
+
 def test_rejects_stream_name_split_across_python_strings():
     # "cudaSt" + "reamCreate" is folded before the C++ scan
     src = cuda_candidate().replace('cuda_sources=cuda_source,',

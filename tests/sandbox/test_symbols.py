@@ -52,3 +52,8 @@ def test_extension_starting_a_cpp_thread_is_rejected(monkeypatch):
     symbols = ["std::thread::_M_start_thread(std::unique_ptr<std::thread::_State>, void (*)())", "memcpy"]
     found, _ = _judge(monkeypatch, symbols, "cuda")
     assert found == ["the built extension ext.so imports std::thread::_M_start_thread (threads are not allowed)"]
+
+
+def test_cuda_extension_importing_a_driver_api_stream_is_rejected(monkeypatch):
+    found, _ = _judge(monkeypatch, ["__cudaLaunchKernel", "cuStreamCreate"], "cuda")
+    assert len(found) == 1 and "imports cuStreamCreate from the CUDA driver" in found[0]
