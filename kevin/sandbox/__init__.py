@@ -97,9 +97,11 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   host waits behind them. Not defended: work launched on a non-blocking stream runs beside the flush and the
   wait, before the start event (a head start of the flush, by arithmetic about 0.08 ms for 256 MB, plus the
   0.2 ms wait, less the host's launch time), and can end within the synchronize's limit after the call's own
-  work, without being timed; a kernel shorter than that head start can be hidden whole. Only the static
-  layer stands against that: it forbids streams, host callbacks, graphs and entry-point lookups in the
-  runtime and the driver API, and the built library's symbol check forbids the driver API's.
+  work (when the harness's thread also comes back late, up to 0.2 ms more), without being timed; a kernel
+  shorter than that head start can be hidden whole. Only the static layer stands against that: it forbids
+  streams, host callbacks, graphs and entry-point lookups in the runtime and the driver API. The built
+  library's symbol check forbids the driver API's, not yet the runtime's (libcudart is linked dynamically,
+  so they are imports too; the GPU tests' shared attack library needs splitting first).
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
   candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
   where any candidate could rewrite it.

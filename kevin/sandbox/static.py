@@ -253,9 +253,9 @@ _CPP_LIBRARIES = re.compile(
 # without naming it (a review's finding: the driver's cuStreamCreate was not listed).
 _CPP_STREAMS = re.compile(
     r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|cudaStreamBeginCapture\w*"
-    r"|cudaGraph\w*|cudaEventDisableTiming|cudaLaunchHostFunc|cudaStreamAddCallback"
-    r"|cuStreamCreate\w*|cuStreamBeginCapture\w*|cuGraph\w*|cuLaunchHostFunc|cuStreamAddCallback|cuCtxCreate\w*"
-    r"|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*)\b")
+    r"|cudaGraph\w*|cudaEventDisableTiming|cudaLaunchHostFunc\w*|cudaStreamAddCallback\w*|cudaExecutionCtx\w*"
+    r"|cuStreamCreate\w*|cuStreamBeginCapture\w*|cuGraph\w*|cuLaunchHostFunc\w*|cuStreamAddCallback\w*"
+    r"|cuCtxCreate\w*|cuGreenCtx\w*|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*)\b")
 _CPP_L2 = re.compile(
     r"\b(cudaStreamAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*"
     r"|cudaLimitPersistingL2CacheSize|cudaCtxResetPersistingL2Cache|cudaDeviceSetLimit"

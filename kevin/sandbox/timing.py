@@ -7,7 +7,7 @@ Used only inside worker processes (it imports torch). One timed call is:
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
     start.record(); out = call(args); end.record(); end.synchronize()                          # CUDA
-    h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter(); fin.record()
+    h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter(); fin.record(); fin.synchronize()
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                                    # CPU
 
 On CUDA a sample is start -> end, the call's work on the current stream, as ``triton.testing.do_bench``
@@ -18,7 +18,8 @@ measures it, unless one of two things happened after the call's stream reached i
 - the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
   held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
 
-Then the sample is start -> fin less that median, as every sample was before stop 16. So work on another
+Then the sample is start -> fin less that median (at most 0.05 ms), and no less than start -> end, as every
+sample was before stop 16. So work on another
 stream that ends after the call's own is timed unless it ends within the synchronize's limit (a few
 hundredths of a millisecond), and a delay of the harness's thread is timed beyond 0.2 ms. Subtracting the
 latency from every sample instead adds its noise (a few microseconds, which is most of a small kernel's
@@ -63,6 +64,7 @@ import torch
 MIN_TRIALS = 10
 LATE_MS = 0.2  # CUDA: a sample whose last event came this much later than usual after its stream's end runs to it
 TAIL_LIMIT_CAP_MS = 0.1  # CUDA: the most the synchronize may wait before the sample runs to it
+OVERHEAD_CAP_MS = 0.05  # CUDA: the most latency from a stream's end to the last event that is taken as usual
 
 
 def median(xs: Sequence[float]) -> float:
@@ -129,6 +131,8 @@ class TimingRun:
     tail_limit_ms: float = 0.0
     late_limit_ms: float = 0.0
     n_tail: int = 0  # CUDA trials timed to the last event (work outlived the call's stream, or the host came back late)
+    n_waited: int = 0  # ... of them because the synchronize waited
+    n_late: int = 0  # ... because the last event came late
     # overhead_ms, on CUDA: the median GPU time from a stream's end to the last event, with no call
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -149,6 +153,8 @@ class TimingRun:
             "tail_limit_ms": self.tail_limit_ms,
             "late_limit_ms": self.late_limit_ms,
             "n_tail": self.n_tail,
+            "n_waited": self.n_waited,
+            "n_late": self.n_late,
             "launch_p90_ms": sorted(self.launch_ms)[int(0.9 * (len(self.launch_ms) - 1))] if self.launch_ms else None,
             "n_trials": len(self.samples_ms),
         }
@@ -282,11 +288,12 @@ def time_calls(
         if launch_cover_us > 0:
             cover = max(1, round(launch_cover_us * 1e-3 * sleep_cycles_per_ms(device)))
         run.cover_cycles = cover
-        run.overhead_ms, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover, clock=clock)
+        latency, run.tail_limit_ms = _cuda_sync_overhead_ms(flush, device, cover, clock=clock)
+        run.overhead_ms = min(latency, OVERHEAD_CAP_MS)  # a slow calibration cannot buy untimed work
         run.late_limit_ms = run.overhead_ms + LATE_MS
 
-    def one(args: list[Any]) -> tuple[float, float, Any, bool, float]:
-        """(sample ms, wall ms, outputs, whether the sample ran to the synchronize, host launch ms)."""
+    def one(args: list[Any]) -> tuple[float, float, Any, tuple[bool, bool], float]:
+        """(sample ms, wall ms, outputs, (the synchronize waited, the last event came late), host launch ms)."""
         if cuda:
             reset_persisting_l2()
             flush.zero_()
@@ -308,13 +315,14 @@ def time_calls(
             waited = (h1 - h0) * 1e3 > run.tail_limit_ms  # work outlived the call's own stream
             late = end.elapsed_time(fin) > run.late_limit_ms  # the host came back late from the stream's end
             wall, launch = (w1 - w0) * 1e3, (launched - w0) * 1e3
+            stream_ms = start.elapsed_time(end)
             if waited or late:
-                return max(start.elapsed_time(fin) - run.overhead_ms, 0.0), wall, out, True, launch
-            return start.elapsed_time(end), wall, out, False, launch
+                return max(stream_ms, start.elapsed_time(fin) - run.overhead_ms), wall, out, (waited, late), launch
+            return stream_ms, wall, out, (False, False), launch
         w0 = clock()
         out = call(args)
         w1 = clock()
-        return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, False, 0.0
+        return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, (False, False), 0.0
 
     for i in range(n_warmup):
         one(fresh(i))
@@ -336,15 +344,17 @@ def time_calls(
         watch = inventory() if inventory is not None and i in rechecks else None
         if watch is not None:
             with watch:
-                ms, wall, out, tail, launch = one(args)
+                ms, wall, out, (waited, late), launch = one(args)
             if watch.compute_ops:
                 run.errors.append(f"timed call {i}: your forward called PyTorch operators ("
                                   + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
         else:
-            ms, wall, out, tail, launch = one(args)
+            ms, wall, out, (waited, late), launch = one(args)
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
-        run.n_tail += tail
+        run.n_tail += waited or late
+        run.n_waited += waited
+        run.n_late += late
         if cuda:
             run.launch_ms.append(launch)
         if not run.errors and not _allocator_owned(out):

@@ -412,6 +412,11 @@ def test_rejects_a_host_function_queued_on_a_stream():
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaLaunchHostFunc")
 
 
+def test_rejects_a_per_thread_host_callback_declared_by_hand():
+    extra = 'extern "C" int cuLaunchHostFunc_ptsz(void*, void (*)(void*), void*);'
+    assert has(check_format(cuda_candidate(cuda_extra=extra)), "cuLaunchHostFunc_ptsz")
+
+
 def test_rejects_a_driver_entry_point_lookup():
     extra = "void* f; cudaGetDriverEntryPoint(\"cuStreamCreate\", &f, 0);"
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "cudaGetDriverEntryPoint")

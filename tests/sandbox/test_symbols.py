@@ -57,3 +57,9 @@ def test_extension_starting_a_cpp_thread_is_rejected(monkeypatch):
 def test_cuda_extension_importing_a_driver_api_stream_is_rejected(monkeypatch):
     found, _ = _judge(monkeypatch, ["__cudaLaunchKernel", "cuStreamCreate"], "cuda")
     assert len(found) == 1 and "imports cuStreamCreate from the CUDA driver" in found[0]
+
+
+def test_cuda_extension_importing_a_per_thread_driver_host_callback_is_rejected(monkeypatch):
+    # the driver's per-thread-stream names carry a _ptsz suffix; green contexts make streams of their own
+    found, _ = _judge(monkeypatch, ["cuLaunchHostFunc_ptsz", "cuGreenCtxStreamCreate", "cudaGetLastError"], "cuda")
+    assert len(found) == 2 and all("from the CUDA driver" in f for f in found)
