@@ -18,12 +18,11 @@ measures it, unless one of two things happened after the call's stream reached i
 - the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
   held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
 
-Then the sample is start -> fin less that median (at most 0.05 ms), and no less than start -> end, as every
-sample was before stop 16. So work on another
-stream that ends after the call's own is timed unless it ends within the synchronize's limit (a few
-hundredths of a millisecond), and a delay of the harness's thread is timed beyond 0.2 ms. Subtracting the
-latency from every sample instead adds its noise (a few microseconds, which is most of a small kernel's
-time; ``benchmarks/timing_modes.py --mode sweep``).
+Then the sample is start -> fin less that median (at most 0.05 ms), as every sample was before stop 16, and
+never less than start -> end. So work on another stream that ends after the call's own is timed unless it
+ends within the synchronize's limit (a few hundredths of a millisecond), and a delay of the harness's thread
+is timed beyond 0.2 ms. Subtracting the latency from every sample instead adds its noise (a few microseconds,
+which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
 
 The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
 while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
