@@ -36,6 +36,12 @@ launch path the flush is meant to hide) and the CPU it ran on. Run 25's sleep wa
 (first spin included), so its ``sleep`` rows waited about 11 us in the first child and about 140 us in the others
 (at 1980 cycles per us); the spin is now calibrated with ``kevin.sandbox.timing.sleep_cycles_per_ms``.
 
+``--mode setup`` (this process, ``torch.matmul``, nothing to build; written in stop 16, not yet run): why is the
+host side of a candidate's process slow (launch 0.07-0.22 ms at the 90th percentile, against 0.02-0.05 ms here)?
+Applies the candidate process's setup one step at a time (the dispatch-mode warm-up and its torch._dynamo
+import, one profiler session as around a recheck, the deterministic mode on and off, four more profiler
+sessions) and after each runs ``time_calls`` with the default cover: launch p90, ``n_waited``, ``n_late``, median.
+
 ``--mode sweep`` (this process, nothing to build): ``time_calls`` with no cover and with ``--sleep-us`` of cover,
 against ``do_bench``, for PyTorch operations from a few microseconds to milliseconds (ReLU of 64K to 64M
 elements, square matmuls of 1024 to 4096, and a four-operation Python forward), each protocol run twice in turn.
@@ -248,6 +254,36 @@ def sweep(sleep_us: float) -> list[str]:
     return lines
 
 
+def setup_steps(sleep_us: float) -> list[str]:
+    import torch
+
+    from kevin.sandbox import _candidate, _inventory, timing
+
+    dev = torch.device("cuda")
+    a, b = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev)
+
+    def profiled_once():
+        with _inventory.ProfiledOps():
+            torch.matmul(a, b)
+
+    def deterministic_on_off():
+        _candidate.set_deterministic(True)
+        torch.matmul(a, b)
+        _candidate.set_deterministic(False)
+
+    steps = [("bare", lambda: None), ("dispatch-mode warm-up", _candidate.warm_up_dispatch_mode),
+             ("one profiler session", profiled_once), ("deterministic on, off", deterministic_on_off),
+             ("four more profiler sessions", lambda: [profiled_once() for _ in range(4)])]
+    lines = [f"{'after':28} {'launch p90':>10} {'n_waited':>8} {'n_late':>6} {'median ms':>10}"]
+    for name, step in steps:
+        step()
+        run = timing.time_calls(lambda x: torch.matmul(*x), [[a, b]], device=dev, n_warmup=5, n_trials=100,
+                                budget_s=10.0, rng=random.Random(0), launch_cover_us=sleep_us)
+        r = run.summary()
+        lines.append(f"{name:28} {r['launch_p90_ms']:10.4f} {r['n_waited']:8d} {r['n_late']:6d} {r['median_ms']:10.4f}")
+    return lines
+
+
 def summarize(results: list[dict]) -> list[str]:
     lines = []
     for name in ("honest", "torch"):
@@ -281,18 +317,18 @@ def main() -> None:
     ap.add_argument("--children", type=int, default=8)
     ap.add_argument("--child-seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--mode", choices=("ladder", "interleave", "sweep"), default="ladder")
+    ap.add_argument("--mode", choices=("ladder", "interleave", "sweep", "setup"), default="ladder")
     ap.add_argument("--sleep-us", type=float, default=200.0)
     args = ap.parse_args()
     from kevin.sandbox import SandboxConfig
 
     cache_dir = args.cache_dir or SandboxConfig().resolved_cache_dir()
     interleave = args.mode == "interleave"
-    if args.mode == "sweep":
+    if args.mode in ("sweep", "setup"):
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        lines = sweep(args.sleep_us)
-        (out / "timing_modes_sweep.txt").write_text(" ".join(sys.argv) + "\n" + "\n".join(lines) + "\n")
+        lines = sweep(args.sleep_us) if args.mode == "sweep" else setup_steps(args.sleep_us)
+        (out / f"timing_modes_{args.mode}.txt").write_text(" ".join(sys.argv) + "\n" + "\n".join(lines) + "\n")
         print("\n".join(lines))
         return
     if args.child_seed is not None:
