@@ -123,7 +123,7 @@ class TimingRun:
     samples_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
     launch_ms: list[float] = field(default_factory=list)  # CUDA: host ms from recording the start event to the return
-    overhead_ms: float = 0.0
+    overhead_ms: float = 0.0  # CUDA: the median GPU time from a stream's end to the last event, with no call
     l2_flush_bytes: int = 0
     l2_reset: bool = False
     cover_cycles: int = 0
@@ -132,7 +132,6 @@ class TimingRun:
     n_tail: int = 0  # CUDA trials timed to the last event (work outlived the call's stream, or the host came back late)
     n_waited: int = 0  # ... of them because the synchronize waited
     n_late: int = 0  # ... because the last event came late
-    # overhead_ms, on CUDA: the median GPU time from a stream's end to the last event, with no call
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
