@@ -46,7 +46,8 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   a check of the built library: its undefined symbols (``nm -D``) must name no ATen operator outside that
   allow-list, and no libc function for files, memory mapping, signals, processes, threads, dynamic
   loading or system calls, however the source spelled the call (`._symbols`; on CUDA ``open`` and
-  ``syscall`` are exempt: every honest CUDA extension built on the H200 imports them). A6
+  ``syscall`` are exempt: every honest CUDA extension built on the H200 imports them), and on CUDA no
+  stream, graph, host callback, context or L2 persistence call of the runtime, the driver or c10. A6
   (torch.compile, CUDA graphs): static layer only.
 - B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
   scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
@@ -98,10 +99,11 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   wait, before the start event (a head start of the flush, by arithmetic about 0.08 ms for 256 MB, plus the
   0.2 ms wait, less the host's launch time), and can end within the synchronize's limit after the call's own
   work (when the harness's thread also comes back late, up to 0.2 ms more), without being timed; a kernel
-  shorter than that head start can be hidden whole. Only the static layer stands against that: it forbids
-  streams, host callbacks, graphs and entry-point lookups in the runtime and the driver API. The built
-  library's symbol check forbids the driver API's, not yet the runtime's (libcudart is linked dynamically,
-  so they are imports too; the GPU tests' shared attack library needs splitting first).
+  shorter than that head start can be hidden whole. What stands against that is the ban on making a second
+  stream: the static layer forbids streams, host callbacks, graphs and entry-point lookups in the runtime and
+  the driver API, and the built library's symbol check rejects them as imports (libcudart and libcuda are
+  linked dynamically), with L2 persistence calls and c10's stream pool. A stream reached without any import
+  (a function pointer found at run time in memory) would pass both.
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
   candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
   where any candidate could rewrite it.

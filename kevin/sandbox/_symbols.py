@@ -10,10 +10,10 @@ parent lists the libraries the candidate process has mapped from the extension c
 Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views); ATen's
 per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda::<op>``, ...) and its native
 implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
-libstdc++); and,
-on the CPU backend, libc functions for files, memory mapping, signals, processes, threads, dynamic
-loading and raw system calls. (The CUDA backend checks ATen only until a GPU run has confirmed that
-honest CUDA extensions import none of those libc functions, e.g. through a statically linked runtime.)
+libstdc++); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
+system calls (on CUDA less ``open`` and ``syscall``, which every honest build on the H200 image imports); and on
+CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups and L2
+persistence calls, and c10's stream pool (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``).
 Python's C API cannot be judged this way: pybind11's own binding code imports it in every extension.
 
 Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
@@ -40,14 +40,19 @@ process_vm_writev prctl setrlimit
 # list is in benchmarks/results/sandbox_h200_run7/cuda_symbols.txt), so the CUDA backend cannot forbid them.
 HONEST_CUDA_IMPORTS = frozenset({"open", "syscall"})
 FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
-# The CUDA driver API's streams, graphs, host callbacks, contexts (green ones too) and entry-point lookup, by
-# prefix so that the per-thread (``_ptsz``) and versioned (``_v2``) names are caught: imported from libcuda when
-# an extension links it; honest builds import none (run 7's cuda_symbols.txt). The runtime's (libcudart.so.13,
-# linked dynamically) stream calls are imports too, but are left to the static layer for now: the GPU tests'
-# shared attack library imports cudaStreamCreateWithFlags for its side-stream case, and its illegal-access case
-# would be rejected before it runs; splitting that library needs a GPU run.
+# The CUDA driver API's and runtime's streams, graphs, host callbacks, contexts (green ones too), entry-point
+# lookups and L2 persistence, and the stream pool of c10: by prefix, so that the per-thread (``_ptsz``) and
+# versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is an
+# import; honest builds import only ``__cuda*`` registration and launch functions and ``cudaGetLastError`` (run
+# 7's cuda_symbols.txt). The GPU tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls,
+# which the symbol check now rejects; its dynamic-gate tests run with the check off (``kernel_inventory=False``).
 FORBIDDEN_DRIVER = re.compile(
-    r"^cu(StreamCreate|StreamBeginCapture|Graph|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx|GetProcAddress)")
+    r"^cu(StreamCreate|StreamBeginCapture|Graph|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx|GetProcAddress"
+    r"|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
+FORBIDDEN_RUNTIME = re.compile(
+    r"^(cuda(StreamCreate|StreamBeginCapture|Graph|LaunchHostFunc|StreamAddCallback|ExecutionCtx|GetDriverEntryPoint"
+    r"|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)"
+    r"|c10::cuda::(getStreamFromPool|getStreamFromExternal))")
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
 # ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
 # ``<ATen/ops/clamp_min_cpu_dispatch.h>``: a red-team finding), and its native implementations.
@@ -166,7 +171,8 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
             if bare in forbidden:
                 out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
                            "and system calls are not allowed)")
-            if FORBIDDEN_DRIVER.match(bare):
-                out.append(f"the built extension {name} imports {bare} from the CUDA driver (extra streams, host "
-                           "callbacks, contexts and graphs are not allowed)")
+            if FORBIDDEN_DRIVER.match(bare) or FORBIDDEN_RUNTIME.match(bare):
+                source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "c10" if bare.startswith("c10") else "the CUDA runtime"
+                out.append(f"the built extension {name} imports {bare} from {source} (extra streams, host callbacks, "
+                           "contexts, graphs and L2 persistence are not allowed; launch on at::cuda::getCurrentCUDAStream())")
     return sorted(set(out)), checked

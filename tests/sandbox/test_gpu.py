@@ -237,6 +237,20 @@ def test_an_l2_persisting_window_does_not_make_a_kernel_faster(gpu_warm):
 
 
 @pytest.mark.gpu
+def test_a_side_stream_and_an_l2_window_are_rejected_by_the_built_librarys_imports(cache_dir, gpu_warm):
+    # the symbol check alone (static checks off): the attack library imports cudaStreamCreateWithFlags and the L2
+    # calls from libcudart; gpu_warm built it already, so this loads it from the cache
+    sandbox = Sandbox("cuda", _gpu_config(cache_dir, static_checks=False))
+    side, pinned = sandbox.evaluate_many([(MATMUL_TASK, load_candidate("d1_side_stream_cuda")),
+                                          (RELU_GPU_TASK, load_candidate("d7_l2_persistence_cuda"))])
+    for r in (side, pinned):
+        assert r.status == "format_error", r.feedback
+        found = " ".join(r.details["violations"])
+        assert "imports cudaStreamCreateWithFlags from the CUDA runtime" in found, found
+        assert "imports cudaStreamSetAttribute from the CUDA runtime" in found, found
+
+
+@pytest.mark.gpu
 def test_an_nvcc_error_is_a_compile_error_quoting_the_compiler(gpu_warm):
     r = gpu_warm["compile_error"]
     assert r.status == "compile_error", r.feedback

@@ -63,3 +63,29 @@ def test_cuda_extension_importing_a_per_thread_driver_host_callback_is_rejected(
     # the driver's per-thread-stream names carry a _ptsz suffix; green contexts make streams of their own
     found, _ = _judge(monkeypatch, ["cuLaunchHostFunc_ptsz", "cuGreenCtxStreamCreate", "cudaGetLastError"], "cuda")
     assert len(found) == 2 and all("from the CUDA driver" in f for f in found)
+
+
+def test_cuda_extension_importing_a_runtime_stream_is_rejected(monkeypatch):
+    # hack D1 through libcudart (linked dynamically): the attack library of the GPU tests imports exactly this
+    found, _ = _judge(monkeypatch, ["__cudaLaunchKernel", "cudaStreamCreateWithFlags", "cudaGetLastError"], "cuda")
+    assert len(found) == 1 and "imports cudaStreamCreateWithFlags from the CUDA runtime" in found[0]
+
+
+def test_cuda_extension_taking_a_stream_from_c10s_pool_is_rejected(monkeypatch):
+    # at::cuda::getStreamFromPool is c10's: its pool streams are non-blocking, a side stream without a runtime import
+    found, _ = _judge(monkeypatch, ["c10::cuda::getStreamFromPool(bool, signed char)"], "cuda")
+    assert len(found) == 1 and "imports c10::cuda::getStreamFromPool from c10" in found[0]
+
+
+def test_cuda_extension_importing_l2_persistence_calls_is_rejected(monkeypatch):
+    # hack D7: a persisting carve-out and an access-policy window on the stream
+    found, _ = _judge(monkeypatch, ["cudaDeviceSetLimit", "cudaStreamSetAttribute", "cudaGetDeviceProperties"], "cuda")
+    assert len(found) == 2 and all("from the CUDA runtime" in f for f in found)
+
+
+def test_cuda_extension_using_the_current_stream_and_kernel_attributes_passes(monkeypatch):
+    # what an honest kernel with large shared memory imports: the current stream, a function attribute, the device
+    symbols = ["c10::cuda::getCurrentCUDAStream(signed char)", "cudaFuncSetAttribute", "cudaGetDevice",
+               "cudaGetDeviceProperties", "__cudaLaunchKernel", "cudaGetLastError"]
+    found, checked = _judge(monkeypatch, symbols, "cuda")
+    assert checked and found == []
