@@ -212,7 +212,7 @@ def main() -> None:
     # 2. timing noise over separate evaluations
     valid: list = []
     if "noise" in phases:
-        runtimes, walls, spreads, clocks, launches, tails = [], [], [], [], [], []
+        runtimes, walls, spreads, clocks, launches, tails, waited, late = [], [], [], [], [], [], [], []
         for _ in range(args.cv_runs):
             clocks.append(sm_clock_mhz())
             t = time.monotonic()
@@ -221,13 +221,16 @@ def main() -> None:
             runtimes.append(r.runtime_ms)
             launches.append((r.details.get("timing") or {}).get("launch_p90_ms"))
             tails.append((r.details.get("timing") or {}).get("n_tail"))
+            waited.append((r.details.get("timing") or {}).get("n_waited"))
+            late.append((r.details.get("timing") or {}).get("n_late"))
             samples = sorted((r.details.get("timing") or {}).get("samples_ms") or [])
             if samples:  # within one evaluation: 10th, 50th and 90th percentile of its timed calls
                 spreads.append([round(samples[int(q * (len(samples) - 1))], 4) for q in (0.1, 0.5, 0.9)])
         valid = [x for x in runtimes if x is not None]
         cv = statistics.pstdev(valid) / statistics.mean(valid) if len(valid) > 1 else None
         results["timing_noise"] = {"runtimes_ms": runtimes, "wall_seconds": walls, "p10_p50_p90_ms": spreads,
-                                   "sm_clock_mhz_before": clocks, "launch_p90_ms": launches, "n_tail": tails, "mean_ms": statistics.mean(valid) if valid else None,
+                                   "sm_clock_mhz_before": clocks, "launch_p90_ms": launches, "n_tail": tails,
+                                   "n_waited": waited, "n_late": late, "mean_ms": statistics.mean(valid) if valid else None,
                                    "cv": cv, "cv_percent": None if cv is None else round(100 * cv, 3)}
         print("timing noise", results["timing_noise"], flush=True)
         write(out, results)
