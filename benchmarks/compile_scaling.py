@@ -15,7 +15,11 @@ slow-down of the compiles can be told apart from the host's clock.
 Why it bounds the ratio: a worker must compile its candidate before its verdict, so ``--parallel`` workers on as
 many new candidates take at least the longest of ``--parallel`` compiles at once, and one worker at most one lone
 compile per candidate (its judging hides behind the next compile). The ratio of the two throughputs is then at
-most ``parallel x lone_median / parallel_max`` with the judging free. Writes ``OUT_DIR/compile_scaling.json``.
+most ``parallel x lone_median / parallel_max`` with the judging free, for one batch of ``--parallel`` candidates
+(``ratio_ceiling``), as ``evaluate_many`` is benchmarked. A long queue loses the lockstep, and its ceiling is
+``parallel x lone_median / parallel_mean`` (``ratio_ceiling_queue``). Only the CUDA unit is timed: the link and
+a ``main.o`` the object cache does not hold come on top, for one worker and for many.
+Writes ``OUT_DIR/compile_scaling.json``.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(15_000_000):
 
 
 def pick_build(cache_dir: str, prefer: str | None) -> Path:
-    """The newest ``<cache>/ext/*`` directory whose ``build.ninja`` builds ``cuda.cuda.o`` (from ``cuda.cu``)."""
+    """The newest ``<cache>/ext/*`` directory whose ``build.ninja`` built ``cuda.cuda.o`` (from ``cuda.cu``)."""
     dirs = [Path(p).parent for p in glob.glob(os.path.join(cache_dir, "ext", "*", "build.ninja"))]
-    dirs = [d for d in dirs if f"build {TARGET}:" in (d / "build.ninja").read_text() and (d / "cuda.cu").exists()]
+    dirs = [d for d in dirs if f"build {TARGET}:" in (d / "build.ninja").read_text() and (d / "cuda.cu").exists()
+            and (d / TARGET).exists()]  # a build that compiled (not a failed light attempt or a compile error)
     if prefer:
         dirs = [d for d in dirs if prefer in (d / "cuda.cu").read_text()] or dirs
     if not dirs:
@@ -56,20 +61,30 @@ def fresh_copy(build: Path, root: Path, k: int) -> Path:
 
 
 def run_together(commands: list[list[str]], cwds: list[Path]) -> list[float]:
-    """Start every command at once; the wall seconds of each, from the common start to its own exit."""
+    """Start every command at once; the wall seconds of each, from the common start to its own exit. Each one's
+    output goes to ``log.txt`` in its directory (a pipe nobody reads would stall a chatty compiler)."""
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=w, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c, w in zip(commands, cwds)]
+    logs = [open(w / f"log{k}.txt", "wb") for k, w in enumerate(cwds)]
+    procs = [subprocess.Popen(c, cwd=w, stdout=f, stderr=subprocess.STDOUT) for c, w, f in zip(commands, cwds, logs)]
     ends = [0.0] * len(procs)
     pending = set(range(len(procs)))
-    while pending:
-        for i in list(pending):
-            if procs[i].poll() is not None:
-                ends[i] = time.perf_counter() - t0
-                pending.discard(i)
-        time.sleep(0.01)
-    for p in procs:
+    try:
+        while pending:
+            for i in list(pending):
+                if procs[i].poll() is not None:
+                    ends[i] = time.perf_counter() - t0
+                    pending.discard(i)
+            time.sleep(0.01)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for f in logs:
+            f.close()
+    for k, p in enumerate(procs):
         if p.returncode != 0:
-            raise SystemExit(f"{p.args} failed ({p.returncode}):\n{p.stdout.read().decode()[-2000:]}")
+            tail = (cwds[k] / f"log{k}.txt").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"{p.args} failed ({p.returncode}):\n{tail}")
     return ends
 
 
@@ -78,14 +93,15 @@ def summary(lone: list[float], together: list[float], parallel: int) -> dict:
     return {"lone_s": [round(x, 3) for x in lone], "together_s": [round(x, 3) for x in sorted(together)],
             "lone_median_s": round(med, 3), "together_median_s": round(statistics.median(together), 3),
             "together_max_s": round(max(together), 3), "slowdown_median": round(statistics.median(together) / med, 3),
-            "slowdown_max": round(max(together) / med, 3), "ratio_ceiling": round(parallel * med / max(together), 2)}
+            "slowdown_max": round(max(together) / med, 3), "ratio_ceiling": round(parallel * med / max(together), 2),
+            "ratio_ceiling_queue": round(parallel * med / statistics.mean(together), 2)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache-dir", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--parallel", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--lone", type=int, default=3)
     ap.add_argument("--prefer", default="matmul", help="a word of the CUDA source to prefer among built extensions")
     args = ap.parse_args()
@@ -97,7 +113,7 @@ def main() -> None:
     build = pick_build(args.cache_dir, args.prefer)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"build": str(build), "cpus": os.cpu_count(), "parallel": args.parallel}
+    result = {"build": str(build), "cpus": len(os.sched_getaffinity(0)), "parallel": args.parallel}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cmd = [ninja, TARGET]
@@ -118,7 +134,7 @@ def main() -> None:
         s = result[k]
         print(f"{k}: lone median {s['lone_median_s']} s, {args.parallel} at once median {s['together_median_s']} s "
               f"max {s['together_max_s']} s; slow-down {s['slowdown_median']}x (median) {s['slowdown_max']}x (max); "
-              f"ratio ceiling {s['ratio_ceiling']}x")
+              f"ratio ceiling {s['ratio_ceiling']}x (one batch), {s['ratio_ceiling_queue']}x (a long queue)")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   allow-list, and no libc function for files, memory mapping, signals, processes, threads, dynamic
   loading or system calls, however the source spelled the call (`._symbols`; on CUDA ``open`` and
   ``syscall`` are exempt: every honest CUDA extension built on the H200 imports them), and on CUDA no
-  stream, graph, host callback, context or L2 persistence call of the runtime, the driver or c10. A6
+  stream, graph, host callback, context, L2 persistence or device-limit call of the runtime or the driver. A6
   (torch.compile, CUDA graphs): static layer only.
 - B1-B4 fabricated outputs (zeros, constants, passthrough, analytic or subsampled shortcuts): an error
   scaled to the reference's magnitude (``atol * rms(ref) + rtol * |ref|``, never a bare absolute
@@ -101,9 +101,12 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   work (when the harness's thread also comes back late, up to 0.2 ms more), without being timed; a kernel
   shorter than that head start can be hidden whole. What stands against that is the ban on making a second
   stream: the static layer forbids streams, host callbacks, graphs and entry-point lookups in the runtime and
-  the driver API, and the built library's symbol check rejects them as imports (libcudart and libcuda are
-  linked dynamically), with L2 persistence calls and c10's stream pool. A stream reached without any import
-  (a function pointer found at run time in memory) would pass both.
+  the driver API, and the built library's symbol check rejects the runtime's and the driver's as imports
+  (libcudart and libcuda are linked dynamically), with their L2 persistence calls. c10's stream pool is
+  forbidden by the static layer alone: honest device guards import it too, so the symbol check cannot tell
+  (reached through c10's guard registry, a pool stream needs no import of its own). The per-thread default
+  stream (``cudaStreamPerThread``, ``--default-stream per-thread``) is no way round: the timed call records its
+  events on the legacy default stream, which waits for it.
   D8: the baseline is timed in the golden process, with the same protocol, before and apart from any
   candidate, and kept in the parent's memory for the Sandbox's lifetime: it is never read back from disk,
   where any candidate could rewrite it.

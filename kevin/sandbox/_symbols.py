@@ -12,8 +12,9 @@ per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda
 implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
 libstdc++); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
 system calls (on CUDA less ``open`` and ``syscall``, which every honest build on the H200 image imports); and on
-CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups and L2
-persistence calls, and c10's stream pool (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``).
+CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups, L2
+persistence calls and device limits (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``). Not c10's stream pool:
+honest device guards import it (the comment at ``FORBIDDEN_DRIVER``).
 Python's C API cannot be judged this way: pybind11's own binding code imports it in every extension.
 
 Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
@@ -40,19 +41,21 @@ process_vm_writev prctl setrlimit
 # list is in benchmarks/results/sandbox_h200_run7/cuda_symbols.txt), so the CUDA backend cannot forbid them.
 HONEST_CUDA_IMPORTS = frozenset({"open", "syscall"})
 FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
-# The CUDA driver API's and runtime's streams, graphs, host callbacks, contexts (green ones too), entry-point
-# lookups and L2 persistence, and the stream pool of c10: by prefix, so that the per-thread (``_ptsz``) and
-# versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is an
-# import; honest builds import only ``__cuda*`` registration and launch functions and ``cudaGetLastError`` (run
-# 7's cuda_symbols.txt). The GPU tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls,
-# which the symbol check now rejects; its dynamic-gate tests run with the check off (``kernel_inventory=False``).
+# The CUDA driver API's and runtime's streams, graphs (not graphics interop), host callbacks, contexts (green
+# ones too), entry-point lookups, L2 persistence and device limits: by prefix, so that the per-thread (``_ptsz``)
+# and versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is
+# an import. Of the runtime's (C, unmangled) names, honest builds import only the ``__cuda*`` registration and
+# launch functions and ``cudaGetLastError`` (run 7's cuda_symbols.txt, which lists the C names only). The GPU
+# tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls, which this check rejects; its
+# dynamic-gate tests run with the check off (``kernel_inventory=False``). c10's stream pool
+# (``c10::cuda::getStreamFromPool``) cannot be judged here: every ``CUDAGuard`` or ``OptionalCUDAGuard`` imports
+# it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it.
 FORBIDDEN_DRIVER = re.compile(
-    r"^cu(StreamCreate|StreamBeginCapture|Graph|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx|GetProcAddress"
-    r"|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
+    r"^cu(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx"
+    r"|GetProcAddress|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
 FORBIDDEN_RUNTIME = re.compile(
-    r"^(cuda(StreamCreate|StreamBeginCapture|Graph|LaunchHostFunc|StreamAddCallback|ExecutionCtx|GetDriverEntryPoint"
-    r"|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)"
-    r"|c10::cuda::(getStreamFromPool|getStreamFromExternal))")
+    r"^cuda(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|ExecutionCtx"
+    r"|GetDriverEntryPoint|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)")
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
 # ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
 # ``<ATen/ops/clamp_min_cpu_dispatch.h>``: a red-team finding), and its native implementations.
@@ -172,7 +175,8 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
                 out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
                            "and system calls are not allowed)")
             if FORBIDDEN_DRIVER.match(bare) or FORBIDDEN_RUNTIME.match(bare):
-                source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "c10" if bare.startswith("c10") else "the CUDA runtime"
+                source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "the CUDA runtime"
                 out.append(f"the built extension {name} imports {bare} from {source} (extra streams, host callbacks, "
-                           "contexts, graphs and L2 persistence are not allowed; launch on at::cuda::getCurrentCUDAStream())")
+                           "contexts, graphs, L2 persistence and device limits are not allowed; launch on "
+                           "at::cuda::getCurrentCUDAStream())")
     return sorted(set(out)), checked
