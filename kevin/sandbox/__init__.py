@@ -67,7 +67,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
 - C1 input mutation: inputs are cloned and compared bit for bit after every call.
 - C2 global numerics, C3 comparison patching, D6 timer patching, D2 threads: numerics flags (default
   dtype, TF32, cudnn, matmul precision, determinism, flush-to-zero, thread counts) and the identity of the
-  harness's functions are snapshotted before import and compared after import, forward and timing; the
+  harness's functions are snapshotted before import and compared after import, forward and timing, and the
+  identities again after every timed call (a timer replaced for a few calls and put back before the loop
+  ends was judged correct before stop 17); the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2). The dispatcher's kernels for the operators
   the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too: a kernel registered

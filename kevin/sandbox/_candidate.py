@@ -180,7 +180,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     set_deterministic(False)
     try:
         run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
-                                inventory=_inventory.ProfiledOps if job.get("inventory", True) else None)
+                                inventory=_inventory.ProfiledOps if job.get("inventory", True) else None,
+                                audit=lambda: _guards.identity_changes(ids))
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)

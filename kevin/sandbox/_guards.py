@@ -70,6 +70,7 @@ def _trusted_objects() -> dict[str, Any]:
         "torch.allclose": torch.allclose, "torch.isclose": torch.isclose, "torch.equal": torch.equal,
         "torch.manual_seed": torch.manual_seed, "torch.roll": torch.roll, "torch.empty": torch.empty,
         "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.current_stream": torch.cuda.current_stream, "torch.cuda._sleep": torch.cuda._sleep,
         "time.perf_counter": time.perf_counter, "time.monotonic": time.monotonic,
         "os.write": os.write, "json.dumps": json.dumps, "safetensors.save_file": st.save_file,
         "builtins.type": builtins.type, "builtins.isinstance": builtins.isinstance,

@@ -139,6 +139,7 @@ class TimingRun:
     n_late: int = 0  # ... because the last event came late
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    audit_failed: bool = False  # a trusted object was found replaced after a call (reported once in errors)
 
     @property
     def median_ms(self) -> float:
@@ -265,6 +266,7 @@ def time_calls(
     clock: Callable[[], float] = time.perf_counter,
     inventory: Callable[[], Any] | None = None,
     launch_cover_us: float = 0.0,
+    audit: Callable[[], list[str]] | None = None,
 ) -> TimingRun:
     """Warm up, then time ``call`` on fresh inputs; ``rechecks`` maps trial index -> golden-input args.
 
@@ -274,7 +276,9 @@ def time_calls(
     calls were clean (a forward can tell the phases apart). Its cost falls outside the timed window.
     Stops after ``n_trials``, or once ``budget_s`` has passed, at least ``MIN_TRIALS`` trials were taken
     and every recheck position has been reached. On CUDA, ``launch_cover_us`` of GPU-side waiting follows the
-    flush (the module docstring); the CPU backend ignores it.
+    flush (the module docstring); the CPU backend ignores it. ``audit()``, when given, runs after every call,
+    outside the window, and returns what changed in the harness's trusted objects (``._guards.identity_changes``):
+    the first change is an error, so a timer replaced for a few calls and put back before the loop ends is seen.
     """
     rechecks = dict(rechecks or {})
     cuda = device.type == "cuda"
@@ -327,8 +331,16 @@ def time_calls(
         w1 = clock()
         return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, (False, False), 0.0
 
+    def audited(label: str) -> None:
+        if audit is not None and not run.audit_failed:
+            changes = audit()
+            if changes:
+                run.audit_failed = True
+                run.errors.append(f"{label}: " + "; ".join(changes[:3]))
+
     for i in range(n_warmup):
         one(fresh(i))
+        audited(f"warm-up call {i}")
     t_begin = clock()
     # Which rechecks write into the previous call's buffers: the first in place, the second not, others at
     # random; ordinary calls are in place half of the time, so the address is no tell.
@@ -353,6 +365,7 @@ def time_calls(
                                   + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
         else:
             ms, wall, out, (waited, late), launch = one(args)
+        audited(f"timed call {i}")
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
         run.n_tail += waited or late

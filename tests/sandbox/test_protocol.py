@@ -83,6 +83,20 @@ def test_the_cpu_timing_loop_ignores_the_launch_cover():
     assert len(run.samples_ms) == 3 and run.cover_cycles == 0
 
 
+def test_the_timing_loop_audits_after_every_call_and_reports_the_first_change_once():
+    patched = []
+
+    def call(args):  # replaces a trusted object during timed calls 2 and 3 (calls 3 and 4, after 1 warm-up)
+        patched.append(len(patched) in (3, 4))
+        return args[0] * 2
+
+    audit = lambda: ["time.perf_counter was replaced"] if patched[-1] else []  # noqa: E731
+    run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=6,
+                            budget_s=10, rng=random.Random(0), audit=audit)
+    assert run.errors == ["timed call 2: time.perf_counter was replaced"]  # seen after call 2, not again at 3
+    assert len(run.samples_ms) == 6  # the loop runs on: the verdict is the parent's
+
+
 def test_the_launch_cover_keys_the_baseline_cache_and_cannot_be_negative():
     assert SandboxConfig(launch_cover_us=50.0).timing_settings() != SandboxConfig().timing_settings()
     with pytest.raises(ValueError, match="launch_cover_us"):
