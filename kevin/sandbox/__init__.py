@@ -67,9 +67,10 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
 - C1 input mutation: inputs are cloned and compared bit for bit after every call.
 - C2 global numerics, C3 comparison patching, D6 timer patching, D2 threads: numerics flags (default
   dtype, TF32, cudnn, matmul precision, determinism, flush-to-zero, thread counts) and the identity of the
-  harness's functions are snapshotted before import and compared after import, forward and timing, and the
-  identities again after every timed call (a timer replaced for a few calls and put back before the loop
-  ends was judged correct before stop 17); the
+  harness's functions are snapshotted before import and compared after import, after every correctness set
+  and after timing, and the identities also after every timed call: before stop 17 they were compared once
+  after all sets and once after the loop, so ``torch.equal`` replaced for one set (hiding an input mutation)
+  or a timer replaced for two timed calls, each put back by the next call, was judged correct; the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2). The dispatcher's kernels for the operators
   the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too: a kernel registered

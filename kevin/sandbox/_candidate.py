@@ -73,14 +73,18 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     except BaseException as exc:
         raise _tag(exc, "import")
     violations: list[str] = []
+    reported: set[str] = set()
 
     def audit(when: str) -> None:
-        violations.extend(f"{when}: numerics flag changed: {c}" for c in _guards.flag_changes(flags0, _guards.numerics_flags()))
-        violations.extend(f"{when}: {c}" for c in _guards.identity_changes(ids))
-        violations.extend(f"{when}: {c}" for c in _guards.registration_changes(registrations))
+        """Numerics flags, the harness's objects, dispatcher registrations and Python threads against their state
+        before import; each change is reported once, at the first check that sees it."""
+        changes = [f"numerics flag changed: {c}" for c in _guards.flag_changes(flags0, _guards.numerics_flags())]
+        changes += _guards.identity_changes(ids) + _guards.registration_changes(registrations)
         n = _guards.python_threads()
         if n != threads0:
-            violations.append(f"{when}: the number of Python threads changed from {threads0} to {n}")
+            changes.append(f"the number of Python threads changed from {threads0} to {n}")
+        violations.extend(f"{when}: {c}" for c in changes if c not in reported)
+        reported.update(changes)
 
     audit("after import")
     channel.send("imported")
@@ -161,7 +165,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         if changed:
             violations.append(f"input set {k}: the kernel modified its input(s) {changed} in place")
         del out, outs, args
-    audit("after forward")
+        audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
     save_file(outputs, out_path)
     channel.send("outputs", file=out_path, violations=violations, torch_ops=torch_ops)
