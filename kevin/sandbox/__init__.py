@@ -73,8 +73,10 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   or a timer replaced for two timed calls, each put back by the next call, was judged correct; the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2). The dispatcher's kernels for the operators
-  the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too: a kernel registered
-  over ``clone`` could finish deferred work only when the harness snapshots an output.
+  the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too, with the flags, and
+  again before each rechecked timed call's output is snapshotted: a kernel registered over ``clone`` could
+  finish deferred work only when the harness reads an output (registered after each timed call and removed by
+  the next, it was judged correct before stop 17).
 - C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: every timed call gets
   new content (a correctness set with each tensor's elements randomly permuted), either at new addresses
   (old buffers kept alive) or written into the previous call's buffers in place, at random. Outputs of

@@ -185,7 +185,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     try:
         run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
                                 inventory=_inventory.ProfiledOps if job.get("inventory", True) else None,
-                                audit=lambda: _guards.identity_changes(ids))
+                                audit=lambda recheck: _guards.identity_changes(ids) + (
+                                    _guards.registration_changes(registrations) if recheck else []))
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)

@@ -266,7 +266,7 @@ def time_calls(
     clock: Callable[[], float] = time.perf_counter,
     inventory: Callable[[], Any] | None = None,
     launch_cover_us: float = 0.0,
-    audit: Callable[[], list[str]] | None = None,
+    audit: Callable[[bool], list[str]] | None = None,
 ) -> TimingRun:
     """Warm up, then time ``call`` on fresh inputs; ``rechecks`` maps trial index -> golden-input args.
 
@@ -276,9 +276,11 @@ def time_calls(
     calls were clean (a forward can tell the phases apart). Its cost falls outside the timed window.
     Stops after ``n_trials``, or once ``budget_s`` has passed, at least ``MIN_TRIALS`` trials were taken
     and every recheck position has been reached. On CUDA, ``launch_cover_us`` of GPU-side waiting follows the
-    flush (the module docstring); the CPU backend ignores it. ``audit()``, when given, runs after every call,
-    outside the window, and returns what changed in the harness's trusted objects (``._guards.identity_changes``):
-    the first change is an error, so a timer replaced for a few calls and put back before the loop ends is seen.
+    flush (the module docstring); the CPU backend ignores it. ``audit(recheck)``, when given, runs after every
+    call, outside the window and before a recheck's output is snapshotted, and returns what changed in the
+    harness's trusted objects (``recheck``: the call's output is about to be read, so check what reading it runs
+    through too): the first change is an error, so a timer replaced for a few calls and put back before the
+    loop ends is seen.
     """
     rechecks = dict(rechecks or {})
     cuda = device.type == "cuda"
@@ -331,9 +333,9 @@ def time_calls(
         w1 = clock()
         return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, (False, False), 0.0
 
-    def audited(label: str) -> None:
+    def audited(label: str, recheck: bool = False) -> None:
         if audit is not None and not run.audit_failed:
-            changes = audit()
+            changes = audit(recheck)
             if changes:
                 run.audit_failed = True
                 run.errors.append(f"{label}: " + "; ".join(changes[:3]))
@@ -365,7 +367,7 @@ def time_calls(
                                   + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
         else:
             ms, wall, out, (waited, late), launch = one(args)
-        audited(f"timed call {i}")
+        audited(f"timed call {i}", recheck=i in rechecks)
         run.samples_ms.append(ms)
         run.wall_ms.append(wall)
         run.n_tail += waited or late

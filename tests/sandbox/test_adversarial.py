@@ -22,7 +22,7 @@ STATIC = [
     "a5_ghost_branch", "a6_torch_compile", "b1_zeros_output", "b6_half_precision_output",
     "b7_read_reference_frames", "c2_numerics_flags", "c3_monkeypatch_allclose", "c4_patch_input_generator",
     "d2_background_thread", "d3_lazy_tensor_subclass", "d6_timer_monkeypatch", "d6_timer_replaced_between_audits",
-    "c1_input_mutation_hidden_for_one_set", "e2_os_exit_import",
+    "c1_input_mutation_hidden_for_one_set", "c6_clone_hook_between_calls", "e2_os_exit_import",
     "e4_obfuscated_exec",
     # red team, stop 13 (each was judged correct before): ATen's CPU kernel reached by argument-dependent lookup;
     # numpy compute on dict-laundered tensors; a frame walk through a generator to skip unchecked timed calls;
@@ -91,6 +91,8 @@ DYNAMIC = {
     "d6_timer_replaced_between_audits": (RELU_TASK, "timed call 10: time.perf_counter was replaced"),
     # judged correct before stop 17, when the correctness sets were audited once, after the last one
     "c1_input_mutation_hidden_for_one_set": (RELU_TASK, "input set 1: torch.equal was replaced"),
+    # judged correct before stop 17, when the dispatcher was compared only after the sets and after the loop
+    "c6_clone_hook_between_calls": (RELU_TASK, "the dispatcher's kernels for aten::clone were changed"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
 }

@@ -90,11 +90,20 @@ def test_the_timing_loop_audits_after_every_call_and_reports_the_first_change_on
         patched.append(len(patched) in (3, 4))
         return args[0] * 2
 
-    audit = lambda: ["time.perf_counter was replaced"] if patched[-1] else []  # noqa: E731
+    audit = lambda recheck: ["time.perf_counter was replaced"] if patched[-1] else []  # noqa: E731
     run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=6,
                             budget_s=10, rng=random.Random(0), audit=audit)
     assert run.errors == ["timed call 2: time.perf_counter was replaced"]  # seen after call 2, not again at 3
     assert len(run.samples_ms) == 6  # the loop runs on: the verdict is the parent's
+
+
+def test_the_timing_loop_tells_the_audit_which_calls_are_rechecked():
+    asked = []
+    run = timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2, n_trials=5,
+                            budget_s=10, rng=random.Random(0), rechecks={1: [torch.ones(8)], 4: [torch.ones(8)]},
+                            audit=lambda recheck: asked.append(recheck) or [])
+    assert asked == [False, False, False, True, False, False, True]  # 2 warm-up calls, then trials 0-4
+    assert run.errors == []
 
 
 def test_the_launch_cover_keys_the_baseline_cache_and_cannot_be_negative():
