@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200 (stop 17, call B): the synchronize's wait judged by its difference from a second
+# One device call on nvidia-h200 (stop 17, call B; written and NOT run: no machine was lent after call A): the synchronize's wait judged by its difference from a second
 # synchronize (run 29: a fixed limit sent 57-67 of 100 samples of two evaluations to the last event). The
 # precompiled header, the sandbox GPU tests, the targets phases (10 evaluations), evaluate_many in the steady state
 # (16 workers on 16 candidates, then 1 worker on 4), then the compile scaling again (3 lone compiles).

@@ -56,10 +56,9 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     set_deterministic(True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     torch.set_grad_enabled(False)
-    flags0 = _guards.numerics_flags()
-    ids = _guards.capture_identities()
-    registrations = _guards.dispatcher_registrations()
-    threads0 = _guards.python_threads()
+    wires = _guards.Tripwires()
+    threads0 = wires.threads
+    rng = random.Random(secrets.randbits(64))  # seeded before any candidate code runs (it could fix randbits)
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
     channel.send("import_begin")
@@ -76,13 +75,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     reported: set[str] = set()
 
     def audit(when: str) -> None:
-        """Numerics flags, the harness's objects, dispatcher registrations and Python threads against their state
-        before import; each change is reported once, at the first check that sees it."""
-        changes = [f"numerics flag changed: {c}" for c in _guards.flag_changes(flags0, _guards.numerics_flags())]
-        changes += _guards.identity_changes(ids) + _guards.registration_changes(registrations)
-        n = _guards.python_threads()
-        if n != threads0:
-            changes.append(f"the number of Python threads changed from {threads0} to {n}")
+        """The tripwires against their state before import; each change is reported once, when first seen."""
+        changes = wires.changes()
         violations.extend(f"{when}: {c}" for c in changes if c not in reported)
         reported.update(changes)
 
@@ -110,7 +104,6 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     sets = [args_of(e, f"set{k}") for k, e in enumerate(spec["sets"])]
     rechecks = [args_of(e, f"re{r}") for r, e in enumerate(spec["rechecks"])]
     init_inputs = [tensors[f"init.in{j}"] if e["kind"] == "tensor" else e["value"] for j, e in enumerate(spec["init_inputs"])]
-    rng = random.Random(secrets.randbits(64))
     timing_args = dict(device=device, n_warmup=int(job["n_warmup"]), n_trials=int(job["n_trials"]),
                        budget_s=float(job["budget_s"]), launch_cover_us=float(job["launch_cover_us"]))
 
@@ -182,17 +175,17 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     # The NaN fill of every allocation would be timed as the candidate's work (the baseline has none):
     # off while timing; stale or uninitialised outputs in timed calls are caught by the rechecks instead.
     set_deterministic(False)
+    timing_flags = _guards.numerics_flags()  # the flags are compared with these while timing
     try:
         run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
                                 inventory=_inventory.ProfiledOps if job.get("inventory", True) else None,
-                                audit=lambda recheck: _guards.identity_changes(ids) + (
-                                    _guards.registration_changes(registrations) if recheck else []))
+                                audit=lambda recheck: wires.changes(dispatcher=recheck, flags=timing_flags))
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)
     channel.send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
+    violations.extend(run.errors)  # first: a change seen after a timed call names that call
     audit("after timing")
-    violations.extend(run.errors)
     re_out: dict[str, torch.Tensor] = {}
     for r, p in enumerate(positions):
         snap = run.recheck_outputs.get(p)

@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 
-from . import _inputs, _inventory, _worker, timing
+from . import _guards, _inputs, _inventory, _worker, timing
 
 
 
@@ -179,13 +179,16 @@ def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.d
     first = next((i for i, v in enumerate(pool[0]) if isinstance(v, torch.Tensor)), None)
     fn = (lambda a: a[first].clone()) if first is not None else (lambda a: None)
     n_warmup, n_trials = int(job["timing"]["n_warmup"]), int(job["timing"]["n_trials"])
-    # the candidate's loop watches its rechecks with the profiler: the same watch here, so its cost is subtracted
+    # the candidate's loop watches its rechecks with the profiler and audits its tripwires after every call: the
+    # same watch and audit here, so their cost is subtracted
     rng = random.Random(0)
     rechecks = {p: pool[0] for p in rng.sample(range(n_trials), min(int(job.get("n_rechecks", 3)), n_trials))}
+    wires = _guards.Tripwires()
     t0, c0 = time.perf_counter(), time.process_time()
     run = timing.time_calls(fn, pool, device=device, n_warmup=n_warmup, n_trials=n_trials,
                             budget_s=float(job["timing"]["budget_s"]), rng=rng, rechecks=rechecks,
-                            inventory=_inventory.ProfiledOps, launch_cover_us=float(job["timing"]["launch_cover_us"]))
+                            inventory=_inventory.ProfiledOps, launch_cover_us=float(job["timing"]["launch_cover_us"]),
+                            audit=lambda recheck: wires.changes(dispatcher=recheck))
     calls = n_warmup + len(run.samples_ms)
     return (time.perf_counter() - t0) * 1e3 / calls, (time.process_time() - c0) * 1e3 / calls
 

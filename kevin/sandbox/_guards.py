@@ -1,20 +1,27 @@
 """Worker-side tripwires: global numerics flags, identities of trusted functions, thread counts.
 
-Snapshots are taken before the candidate module is imported and compared after the import, after the
-correctness calls and after timing. Any difference rejects the candidate (hacks C2, C3, D2, D6).
-These run inside the candidate's process, so a candidate could in principle undo its change before the
-next snapshot; they are tripwires on top of the parent's own comparisons, not the gate itself.
+Snapshots are taken before the candidate module is imported (`Tripwires`) and compared after the import,
+after every correctness set, after every timed call (the dispatcher only before a rechecked output is read,
+its dump costs about 0.5 ms) and after timing. Any difference rejects the candidate (hacks C2, C3, D2, D6).
+These run inside the candidate's process, so a candidate could undo its change before the next comparison;
+comparing after every call leaves it no call in which a change can act unseen, but a change made and undone
+within one call of the candidate's own code is not seen (and cannot act on the harness, which runs between
+calls). They are tripwires on top of the parent's own comparisons, not the gate itself.
 """
 
 from __future__ import annotations
 
 import builtins
 import os
+import random
+import secrets
+import sys
 import threading
 import time
 import warnings
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 
@@ -75,7 +82,13 @@ def _trusted_objects() -> dict[str, Any]:
         "os.write": os.write, "json.dumps": json.dumps, "safetensors.save_file": st.save_file,
         "builtins.type": builtins.type, "builtins.isinstance": builtins.isinstance,
         "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+        # what makes the timed calls' fresh inputs and picks the rechecks (a review: replaced, the fresh inputs
+        # could be unpermuted copies of the correctness sets, told apart from the rechecks)
+        "torch.randperm": torch.randperm, "torch.Generator": torch.Generator, "numpy.random.default_rng": np.random.default_rng,
+        "random.Random": random.Random, "os.unlink": os.unlink, "secrets.randbits": secrets.randbits,
     }
+    for name in ("sample", "random", "randrange", "shuffle", "getrandbits"):
+        objs[f"random.Random.{name}"] = vars(random.Random).get(name) or getattr(random.Random, name)
     for name in ("__eq__", "__ne__", "__sub__", "__torch_function__", "clone", "to", "copy_", "data_ptr",
                  "detach", "contiguous", "numel", "element_size", "untyped_storage", "equal"):
         objs[f"torch.Tensor.{name}"] = vars(torch.Tensor).get(name) or vars(torch._C.TensorBase).get(name)
@@ -113,6 +126,42 @@ def dispatcher_registrations() -> dict[str, str]:
 def registration_changes(before: dict[str, str]) -> list[str]:
     now = dispatcher_registrations()
     return [f"the dispatcher's kernels for {op} were changed" for op, dump in before.items() if now.get(op) != dump]
+
+
+def hooks() -> dict[str, Any]:
+    """Hooks that live in interpreter or thread state, not in any module: entered dispatch and function modes (a
+    mode left entered sees the harness's ops, e.g. the ``clone`` of a snapshot, with the dispatcher's table
+    unchanged: a review) and trace or profile functions (they hand over the harness's frames)."""
+    return {"torch dispatch modes entered": torch._C._len_torch_dispatch_stack(),
+            "torch function modes entered": torch._C._len_torch_function_stack(),
+            "sys.gettrace()": sys.gettrace(), "sys.getprofile()": sys.getprofile(),
+            "threading.gettrace()": threading.gettrace(), "threading.getprofile()": threading.getprofile()}
+
+
+class Tripwires:
+    """The tripwires' state when made (before the candidate's import); `changes` lists what differs now."""
+
+    def __init__(self) -> None:
+        self.flags = numerics_flags()
+        self.ids = capture_identities()
+        self.registrations = dispatcher_registrations()
+        self.threads = python_threads()
+        self.hooks = hooks()
+
+    def changes(self, dispatcher: bool = True, flags: dict[str, Any] | None = None) -> list[str]:
+        """What differs from the snapshot; numerics flags from ``flags`` instead when given (the harness itself
+        turns the deterministic mode off while timing)."""
+        out = [f"numerics flag changed: {c}" for c in flag_changes(self.flags if flags is None else flags, numerics_flags())]
+        out += identity_changes(self.ids)
+        if dispatcher:
+            out += registration_changes(self.registrations)
+        n = python_threads()
+        if n != self.threads:
+            out.append(f"the number of Python threads changed from {self.threads} to {n}")
+        now = hooks()
+        out += [f"{k} changed: {self.hooks[k]!r} -> {now[k]!r}" for k in now if now[k] is not self.hooks[k]
+                and now[k] != self.hooks[k]]
+        return out
 
 
 def python_threads() -> int:

@@ -22,7 +22,8 @@ STATIC = [
     "a5_ghost_branch", "a6_torch_compile", "b1_zeros_output", "b6_half_precision_output",
     "b7_read_reference_frames", "c2_numerics_flags", "c3_monkeypatch_allclose", "c4_patch_input_generator",
     "d2_background_thread", "d3_lazy_tensor_subclass", "d6_timer_monkeypatch", "d6_timer_replaced_between_audits",
-    "c1_input_mutation_hidden_for_one_set", "c6_clone_hook_between_calls", "e2_os_exit_import",
+    "c1_input_mutation_hidden_for_one_set", "c6_clone_hook_between_calls",
+    "c6_dispatch_mode_left_entered", "e2_os_exit_import",
     "e4_obfuscated_exec",
     # red team, stop 13 (each was judged correct before): ATen's CPU kernel reached by argument-dependent lookup;
     # numpy compute on dict-laundered tensors; a frame walk through a generator to skip unchecked timed calls;
@@ -93,6 +94,8 @@ DYNAMIC = {
     "c1_input_mutation_hidden_for_one_set": (RELU_TASK, "input set 1: torch.equal was replaced"),
     # judged correct before stop 17, when the dispatcher was compared only after the sets and after the loop
     "c6_clone_hook_between_calls": (RELU_TASK, "the dispatcher's kernels for aten::clone were changed"),
+    # judged correct before stop 17: a mode lives in the thread's state, where no tripwire looked
+    "c6_dispatch_mode_left_entered": (RELU_TASK, "timed call 0: torch dispatch modes entered changed: 0 -> 1"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
 }
