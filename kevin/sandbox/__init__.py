@@ -148,7 +148,16 @@ Not defended, and why:
   static layer, which forbids Python objects, frames and modules in C++, frame attributes in Python
   (also through ``getattr`` with a literal name) and ``getattr``/``setattr``/``hasattr`` with a computed
   name, is the defence here. The dynamic fix would be choosing the rechecked calls after the loop, from inputs the golden
-  process can regenerate; it is not built.
+  process can regenerate; it is not built. Pure Python can do as much by rewriting the worker's own code: a
+  red-team candidate (stop 17) replaced ``kevin.sandbox._worker.Channel.send``, announced 10^9 timed calls
+  and a median of 1e-6 ms, and was judged correct at 30,296x. The parent now takes the median of the reported
+  samples itself and checks their count against the calls announced, and the static layer forbids importing
+  ``kevin``. But a report rewritten consistently (samples, calls, empty violation and operator lists) is
+  bounded only by the parent's wall clock: 3x the reported median + 0.5 ms per call, so a kernel under about
+  0.5 ms per call could claim any speed. The worker's tripwires (flags, identities, dispatcher, modes, thread
+  counts) run in the same process and can be switched off the same way. What holds whatever the candidate's
+  process does: the parent's byte comparison of outputs against golden outputs it never sent, the built
+  library's symbol check, the golden and baseline processes, and the wall clock's bound.
 - Compute outside PyTorch's dispatcher is invisible to the runtime inventory: numpy on a tensor's memory
   (``x.numpy()``), and from C++ ATen's per-backend kernels (``at::cpu::addmm``, declared in
   ``<ATen/ops/addmm_cpu_dispatch.h>``) and its ``at::native`` functions. A red-team round (stop 13) got

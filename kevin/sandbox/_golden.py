@@ -152,11 +152,13 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         meta["loop_overhead_ms"], meta["loop_overhead_cpu_ms"] = loop_overhead_ms(sets, job, device)
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
+        wires = _guards.Tripwires()  # the candidate's loop audits between calls: the same work between these
         with torch.no_grad():
             run = timing.time_calls(
                 lambda args: model(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
                 n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
                 rng=random.Random(int(job["seed"])), launch_cover_us=float(job["timing"]["launch_cover_us"]),
+                audit=lambda recheck: wires.changes(dispatcher=recheck),
             )
         meta["baseline"] = run.summary()
     save_file(in_tensors, os.path.join(out_dir, "inputs.safetensors"))

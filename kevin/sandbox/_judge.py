@@ -65,6 +65,37 @@ def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
         return f"its outputs could not be read ({type(exc).__name__})"
 
 
+MIN_TRIALS = 10  # kevin.sandbox.timing.MIN_TRIALS (timing imports torch; the parent does not)
+
+
+def report_median(report: dict[str, Any], timing_end: _process.Message | None,
+                  config: SandboxConfig) -> tuple[float, str]:
+    """(runtime ms, "") from the samples of a timing report, or (nan, what is wrong with it).
+
+    The parent takes the median of the samples itself, and checks that their count is one the loop can end
+    with (``min(n_trials, MIN_TRIALS)`` to ``n_trials``) and matches the calls that ``timing_end`` announced
+    (``n_warmup`` more), which the wall-clock check divides by: a report that claims more calls than it has
+    samples would shrink the per-call wall time. A candidate that rewrites the worker's report consistently
+    is not caught here (the module docstring: in-process forgery)."""
+    samples = report.get("samples_ms")
+    if not isinstance(samples, list) or not samples:
+        return float("nan"), "no samples"
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf") for x in samples):
+        return float("nan"), "a sample is not a finite time"
+    n = len(samples)
+    if not min(config.n_trials, MIN_TRIALS) <= n <= config.n_trials:
+        return float("nan"), f"{n} samples for {config.n_trials} timed calls"
+    calls = timing_end.data.get("n_calls") if timing_end is not None else None
+    if calls != config.n_warmup + n:
+        return float("nan"), f"{calls} calls announced for {config.n_warmup} warm-up calls and {n} samples"
+    s = sorted(float(x) for x in samples)
+    median = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    claimed = report.get("median_ms")
+    if not isinstance(claimed, (int, float)) or abs(float(claimed) - median) > 1e-5 + 1e-6 * median:
+        return float("nan"), f"a median of {claimed!r} ms for samples whose median is {median:.6g} ms"
+    return median, ""
+
+
 def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_overhead_ms: float,
                config: SandboxConfig, backend: str = "cuda", loop_overhead_cpu_ms: float | None = None) -> dict[str, Any]:
     """Per-call time implied by the parent's own clocks, against the reported median.
@@ -273,10 +304,10 @@ class CandidateRun:
                                             atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
                 if not c.ok:
                     return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
-        median = report.get("median_ms")
-        if not isinstance(median, (int, float)) or median != median or median < 0:
-            return bad("the timing report is malformed")
         events = {m.event: m for m in self.worker.messages}
+        median, problem = report_median(report, events.get("timing_end"), config)
+        if problem:
+            return bad(f"the timing report is malformed: {problem}")
         for name in ("timing_begin", "timing_end"):  # the timed loop itself, inside "timing" .. "timed"
             if name in events:
                 marks[name] = events[name].t

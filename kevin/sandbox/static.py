@@ -163,6 +163,7 @@ _BANNED_MODULES = {
                     "other kernel frameworks are not allowed; write CUDA/C++ for load_inline"),
     **dict.fromkeys(["numpy", "scipy", "tensorflow", "torch_xla"],
                     "other array libraries are not allowed; compute in your kernel"),
+    "kevin": "the sandbox's own code is not yours to import (it runs beside your kernel and reports on it)",
 }
 _BANNED_CALLS = {
     "exec": "dynamic code execution", "eval": "dynamic code execution", "compile": "dynamic code execution",

@@ -23,7 +23,7 @@ STATIC = [
     "b7_read_reference_frames", "c2_numerics_flags", "c3_monkeypatch_allclose", "c4_patch_input_generator",
     "d2_background_thread", "d3_lazy_tensor_subclass", "d6_timer_monkeypatch", "d6_timer_replaced_between_audits",
     "c1_input_mutation_hidden_for_one_set", "c6_clone_hook_between_calls",
-    "c6_dispatch_mode_left_entered", "e2_os_exit_import",
+    "c6_dispatch_mode_left_entered", "d6_forge_call_count_and_median", "e2_os_exit_import",
     "e4_obfuscated_exec",
     # red team, stop 13 (each was judged correct before): ATen's CPU kernel reached by argument-dependent lookup;
     # numpy compute on dict-laundered tensors; a frame walk through a generator to skip unchecked timed calls;
@@ -96,6 +96,8 @@ DYNAMIC = {
     "c6_clone_hook_between_calls": (RELU_TASK, "the dispatcher's kernels for aten::clone were changed"),
     # judged correct before stop 17: a mode lives in the thread's state, where no tripwire looked
     "c6_dispatch_mode_left_entered": (RELU_TASK, "timed call 0: torch dispatch modes entered changed: 0 -> 1"),
+    # judged correct (30,296x) before stop 17: the parent took the worker's call count and median on trust
+    "d6_forge_call_count_and_median": (RELU_TASK, "the timing report is malformed: 1000000000 calls announced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
 }

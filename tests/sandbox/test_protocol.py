@@ -236,3 +236,42 @@ def test_golden_data_is_prefetched_once_per_task_while_candidates_compile(tmp_pa
     from kevin.sandbox._resolve import sha256
 
     assert sb._golden.peek(sha256(RELU_TASK.source_for("cpu"))) is not None
+
+
+def _timing_end(n_calls):
+    return _process.Message(0.0, {"event": "timing_end", "n_calls": n_calls})
+
+
+def test_the_parent_takes_the_median_of_the_reported_samples():
+    from kevin.sandbox import _judge
+
+    config = SandboxConfig(n_trials=3, n_warmup=1)
+    # samples 3, 1, 2: sorted 1, 2, 3, median 2; 1 warm-up + 3 samples = 4 calls
+    assert _judge.report_median({"samples_ms": [3.0, 1.0, 2.0], "median_ms": 2.0}, _timing_end(4), config) == (2.0, "")
+
+
+def test_a_report_announcing_more_calls_than_it_has_samples_is_malformed():
+    from kevin.sandbox import _judge
+
+    config = SandboxConfig(n_trials=3, n_warmup=1)
+    median, problem = _judge.report_median({"samples_ms": [3.0, 1.0, 2.0], "median_ms": 2.0}, _timing_end(10**9), config)
+    assert median != median and "1000000000 calls announced" in problem
+
+
+def test_a_report_whose_median_is_not_its_samples_median_is_malformed():
+    from kevin.sandbox import _judge
+
+    config = SandboxConfig(n_trials=3, n_warmup=1)
+    _, problem = _judge.report_median({"samples_ms": [3.0, 1.0, 2.0], "median_ms": 1e-6}, _timing_end(4), config)
+    assert "a median of 1e-06 ms for samples whose median is 2 ms" in problem
+
+
+def test_a_report_with_too_few_samples_or_a_nan_is_malformed():
+    from kevin.sandbox import _judge
+
+    config = SandboxConfig(n_trials=50, n_warmup=5)  # the loop ends after 10 (MIN_TRIALS) to 50 timed calls
+    assert "9 samples for 50 timed calls" in _judge.report_median({"samples_ms": [1.0] * 9, "median_ms": 1.0},
+                                                                  _timing_end(14), config)[1]
+    nan = {"samples_ms": [1.0] * 9 + [float("nan")], "median_ms": 1.0}
+    assert _judge.report_median(nan, _timing_end(15), config)[1] == "a sample is not a finite time"
+    assert _judge.MIN_TRIALS == timing.MIN_TRIALS

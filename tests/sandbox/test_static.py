@@ -846,6 +846,11 @@ def test_rejects_a_numpy_import():
     assert has(check_format(cuda_candidate(head="import numpy as np")), "imports numpy")
 
 
+def test_rejects_an_import_of_the_sandbox_itself():
+    # d6_forge_call_count_and_median rewrote the worker's report through kevin.sandbox._worker
+    assert has(check_format(cuda_candidate(head="import kevin.sandbox._worker as w")), "imports kevin.sandbox._worker")
+
+
 def test_rejects_cpp_code_inside_namespace_at():
     extra = "}\nnamespace at { Tensor twice(const Tensor& x) { return x; } }\nvoid unused() {"
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "opens `namespace at`")
