@@ -152,12 +152,13 @@ Not defended, and why:
   red-team candidate (stop 17) replaced ``kevin.sandbox._worker.Channel.send``, announced 10^9 timed calls
   and a median of 1e-6 ms, and was judged correct at 30,296x. The parent now takes the median of the reported
   samples itself and checks their count against the calls announced, and the static layer forbids importing
-  ``kevin``. But a report rewritten consistently (samples, calls, empty violation and operator lists) is
-  bounded only by the parent's wall clock: 3x the reported median + 0.5 ms per call, so a kernel under about
-  0.5 ms per call could claim any speed. The worker's tripwires (flags, identities, dispatcher, modes, thread
-  counts) run in the same process and can be switched off the same way. What holds whatever the candidate's
-  process does: the parent's byte comparison of outputs against golden outputs it never sent, the built
-  library's symbol check, the golden and baseline processes, and the wall clock's bound.
+  ``kevin``. A report rewritten consistently (samples, calls, empty violation and operator lists) passes
+  those checks, and only the parent's wall clock stands against it (3x the reported median + 0.5 ms per call,
+  so below about 0.5 ms per call any speed passes); a rewrite that also delays the ``timing_begin`` message
+  defeats that too. The worker's tripwires (flags, identities, dispatcher, modes, thread counts) run in the
+  same process and can be switched off the same way. What holds whatever the candidate's process does: the
+  parent's comparison of outputs with golden outputs the candidate never saw, the built library's symbol
+  check, and the golden and baseline processes. Speed against such a candidate rests on the static layer.
 - Compute outside PyTorch's dispatcher is invisible to the runtime inventory: numpy on a tensor's memory
   (``x.numpy()``), and from C++ ATen's per-backend kernels (``at::cpu::addmm``, declared in
   ``<ATen/ops/addmm_cpu_dispatch.h>``) and its ``at::native`` functions. A red-team round (stop 13) got
