@@ -223,6 +223,9 @@ queued or the cover has passed, to the end of the call's stream, or to an event 
 synchronize when that synchronize waited or the harness came back late) is consistent with the parent's wall
 clock (on the CPU
 backend, with that clock eased by at most half where the candidate's own CPU clock shows it was kept waiting).
+The output checks hold whatever the candidate did in its process; the rest (the flags, functions, operators,
+threads and the timing) is measured in the candidate's process and holds for a candidate that passed the
+static layer, which forbids rewriting the harness ("In-process forgery" above).
 """
 
 from .calibrate import CalibrationReport, calibrate, calibrate_many
