@@ -112,7 +112,19 @@ def identity_changes(captured: dict[str, Any]) -> list[str]:
 # Operators the harness itself runs on the candidate's outputs and inputs (snapshots, copies, comparisons).
 HARNESS_OPS = ("aten::clone", "aten::copy_", "aten::_to_copy", "aten::to", "aten::detach", "aten::contiguous",
                "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::equal", "aten::eq",
-               "aten::index", "aten::index_select", "aten::randperm", "aten::view", "aten::reshape", "aten::alias")
+               "aten::index", "aten::index_select", "aten::randperm", "aten::view", "aten::reshape", "aten::alias",
+               "aten::slice", "aten::zero_", "aten::fill_", "aten::as_strided")
+
+
+def harness_op_names() -> list[str]:
+    """Every registered overload of `HARNESS_OPS` (``aten::index.Tensor``, ``aten::randperm.generator``...): the
+    dispatcher's dump of a bare name with no default overload (``aten::index``) is empty, so a kernel registered
+    over its overload went unseen (a review)."""
+    import torch
+
+    bases = {op.split("::", 1)[1] for op in HARNESS_OPS}
+    return sorted(n for n in torch._C._dispatch_get_all_op_names()
+                  if n.startswith("aten::") and n[len("aten::"):].split(".")[0] in bases)
 
 
 def dispatcher_registrations() -> dict[str, str]:
@@ -120,7 +132,7 @@ def dispatcher_registrations() -> dict[str, str]:
     ``clone`` that computes a deferred output when the harness snapshots it) changes its dump."""
     import torch
 
-    return {op: torch._C._dispatch_dump(op) for op in HARNESS_OPS}
+    return {op: torch._C._dispatch_dump(op) for op in harness_op_names()}
 
 
 def registration_changes(before: dict[str, str]) -> list[str]:
