@@ -107,7 +107,9 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
   shorter than that head start can be hidden whole. What stands against that is the ban on making a second
   stream: the static layer forbids streams, host callbacks, graphs and entry-point lookups in the runtime and
   the driver API, and the built library's symbol check rejects the runtime's and the driver's as imports
-  (libcudart and libcuda are linked dynamically), with their L2 persistence calls. c10's stream pool is
+  (libcudart and libcuda are linked dynamically), with their L2 persistence calls; a library that links the
+  runtime statically defines them inside and is rejected only for the libc functions (``dlopen``,
+  ``pthread_create``) that the static runtime imports. c10's stream pool is
   forbidden by the static layer alone: honest device guards import it too, so the symbol check cannot tell
   (reached through c10's guard registry, a pool stream needs no import of its own). The per-thread default
   stream (``cudaStreamPerThread``, ``--default-stream per-thread``) is no way round: the timed call records its

@@ -185,6 +185,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     set_deterministic(True)
     channel.send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
     violations.extend(run.errors)  # first: a change seen after a timed call names that call
+    reported.update(run.audit_changes)
     audit("after timing")
     re_out: dict[str, torch.Tensor] = {}
     for r, p in enumerate(positions):

@@ -1,12 +1,12 @@
 """Worker-side tripwires: global numerics flags, identities of trusted functions, thread counts.
 
 Snapshots are taken before the candidate module is imported (`Tripwires`) and compared after the import,
-after every correctness set, after every timed call (the dispatcher only before a rechecked output is read,
-its dump costs about 0.5 ms) and after timing. Any difference rejects the candidate (hacks C2, C3, D2, D6).
-These run inside the candidate's process, so a candidate could undo its change before the next comparison;
-comparing after every call leaves it no call in which a change can act unseen, but a change made and undone
-within one call of the candidate's own code is not seen (and cannot act on the harness, which runs between
-calls). They are tripwires on top of the parent's own comparisons, not the gate itself.
+after every correctness set, after every timed call (of the dispatcher, only the operators that make fresh
+inputs; all of them before a rechecked output is read) and after timing. Any difference rejects the candidate
+(hacks C2, C3, D2, D6). These run inside the candidate's process: a change made in one call and undone by the
+next is seen only where it is still in place at a comparison, so objects not listed here (most of torch, numpy)
+can still be changed unseen, and a candidate that rewrites this module can switch the tripwires off. They are
+tripwires on top of the parent's own comparisons, not the gate itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -86,11 +86,13 @@ def _trusted_objects() -> dict[str, Any]:
         # could be unpermuted copies of the correctness sets, told apart from the rechecks)
         "torch.randperm": torch.randperm, "torch.Generator": torch.Generator, "numpy.random.default_rng": np.random.default_rng,
         "random.Random": random.Random, "os.unlink": os.unlink, "secrets.randbits": secrets.randbits,
+        "torch.from_numpy": torch.from_numpy,
     }
     for name in ("sample", "random", "randrange", "shuffle", "getrandbits"):
         objs[f"random.Random.{name}"] = vars(random.Random).get(name) or getattr(random.Random, name)
     for name in ("__eq__", "__ne__", "__sub__", "__torch_function__", "clone", "to", "copy_", "data_ptr",
-                 "detach", "contiguous", "numel", "element_size", "untyped_storage", "equal"):
+                 "detach", "contiguous", "numel", "element_size", "untyped_storage", "equal",
+                 "__getitem__", "__setitem__", "reshape", "view", "flatten", "new_empty", "size", "dim"):
         objs[f"torch.Tensor.{name}"] = vars(torch.Tensor).get(name) or vars(torch._C.TensorBase).get(name)
     for name in ("record", "elapsed_time", "synchronize", "__init__", "__new__"):
         objs[f"torch.cuda.Event.{name}"] = vars(torch.cuda.Event).get(name)
@@ -127,17 +129,28 @@ def harness_op_names() -> list[str]:
                   if n.startswith("aten::") and n[len("aten::"):].split(".")[0] in bases)
 
 
-def dispatcher_registrations() -> dict[str, str]:
+def dispatcher_registrations(names: Sequence[str] | None = None) -> dict[str, str]:
     """The dispatcher's table for each harness operator: a kernel registered over one of them (e.g. a
     ``clone`` that computes a deferred output when the harness snapshots it) changes its dump."""
     import torch
 
-    return {op: torch._C._dispatch_dump(op) for op in harness_op_names()}
+    return {op: torch._C._dispatch_dump(op) for op in (harness_op_names() if names is None else names)}
 
 
-def registration_changes(before: dict[str, str]) -> list[str]:
-    now = dispatcher_registrations()
-    return [f"the dispatcher's kernels for {op} were changed" for op, dump in before.items() if now.get(op) != dump]
+def registration_changes(before: dict[str, str], names: Sequence[str] | None = None) -> list[str]:
+    """The operators of ``before`` (or only ``names`` of them) whose dispatcher table differs now; the names are
+    not listed again (walking every registered operator costs about 8 ms)."""
+    names = list(before) if names is None else list(names)
+    now = dispatcher_registrations(names)
+    return [f"the dispatcher's kernels for {op} were changed" for op in names if now.get(op) != before.get(op)]
+
+
+# What the timing loop runs between two calls to make the next one's fresh inputs (a new buffer at an offset,
+# a permutation, a gather, a copy): compared after every timed call, the rest of HARNESS_OPS only before a
+# rechecked output is read. A kernel over one of these, registered after an ordinary call and removed by the
+# next, could hand that call unpermuted correctness sets (a review).
+FRESH_OPS = ("aten::randperm.generator", "aten::index.Tensor", "aten::empty.memory_format", "aten::slice.Tensor",
+             "aten::copy_", "aten::view", "aten::reshape", "aten::as_strided")
 
 
 def hooks() -> dict[str, Any]:
@@ -165,8 +178,8 @@ class Tripwires:
         turns the deterministic mode off while timing)."""
         out = [f"numerics flag changed: {c}" for c in flag_changes(self.flags if flags is None else flags, numerics_flags())]
         out += identity_changes(self.ids)
-        if dispatcher:
-            out += registration_changes(self.registrations)
+        out += registration_changes(self.registrations, None if dispatcher else
+                                    [op for op in FRESH_OPS if op in self.registrations])
         n = python_threads()
         if n != self.threads:
             out.append(f"the number of Python threads changed from {self.threads} to {n}")

@@ -49,7 +49,10 @@ FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
 # tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls, which this check rejects; its
 # dynamic-gate tests run with the check off (``kernel_inventory=False``). c10's stream pool
 # (``c10::cuda::getStreamFromPool``) cannot be judged here: every ``CUDAGuard`` or ``OptionalCUDAGuard`` imports
-# it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it.
+# it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it. Linked
+# statically (``-cudart static`` in the flags), the runtime's calls are defined inside the library, not imported;
+# such a library is still rejected, for the libc functions the static runtime imports (``dlopen``,
+# ``pthread_create``: a review built one), not for its streams.
 FORBIDDEN_DRIVER = re.compile(
     r"^cu(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx"
     r"|GetProcAddress|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
@@ -177,6 +180,6 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
             if FORBIDDEN_DRIVER.match(bare) or FORBIDDEN_RUNTIME.match(bare):
                 source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "the CUDA runtime"
                 out.append(f"the built extension {name} imports {bare} from {source} (extra streams, host callbacks, "
-                           "contexts, graphs, L2 persistence and device limits are not allowed; launch on "
-                           "at::cuda::getCurrentCUDAStream())")
+                           "contexts, graphs, L2 persistence and device limits, stack and heap sizes included, are "
+                           "not allowed; launch on at::cuda::getCurrentCUDAStream())")
     return sorted(set(out)), checked

@@ -15,11 +15,11 @@ On CUDA a sample is start -> end, the call's work on the current stream, as ``tr
 measures it, unless one of two things happened after the call's stream reached its end:
 
 - the device-wide synchronize had to wait: its host time h1 - h0, less the second one's, h2 - h1 (which has
-  nothing to wait for but the last event), is above ``tail_limit_ms`` (twice the first one's median with no
-  call + 0.02 ms, at most 0.1 ms): work outlived the call on another stream (hack D1). Less the second one's,
-  because in some candidate processes every synchronize is slow on the host: judged on h1 - h0 alone, 57 and
-  67 of two evaluations' 100 samples ran to the last event and read 4-5 % slow (run 29). The difference is never
-  above h1 - h0, so this only drops samples that the rule of run 29 sent to the last event;
+  nothing to wait for but the last event), is above ``tail_limit_ms`` (twice the median of that difference's
+  size with no call + 0.02 ms, at most 0.1 ms): work outlived the call on another stream (hack D1). Less the
+  second one's, because in some candidate processes every synchronize is slow on the host: judged on h1 - h0
+  alone against twice its own idle median, 57 and 67 of two evaluations' 100 samples ran to the last event and
+  read 4-5 % slow (run 29). This rule is not yet run on a GPU;
 - the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
   held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
 
@@ -139,7 +139,8 @@ class TimingRun:
     n_late: int = 0  # ... because the last event came late
     recheck_outputs: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    audit_failed: bool = False  # a trusted object was found replaced after a call (reported once in errors)
+    audit_failed: bool = False  # a tripwire was found changed after a call (reported once in errors)
+    audit_changes: list[str] = field(default_factory=list)  # ... what it found
 
     @property
     def median_ms(self) -> float:
@@ -338,6 +339,7 @@ def time_calls(
             changes = audit(recheck)
             if changes:
                 run.audit_failed = True
+                run.audit_changes = list(changes)
                 run.errors.append(f"{label}: " + "; ".join(changes[:3]))
 
     for i in range(n_warmup):
@@ -425,8 +427,8 @@ def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int
                            clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """The timer's own latency, from the timed call's sequence with no call (``flush; cover; start; end;
     end.synchronize(); synchronize(); fin; synchronize()``): (median end -> fin, the GPU time from the stream's
-    end to the last event; the tail limit: min(twice the first synchronize's median host time + 0.02 ms,
-    0.1 ms))."""
+    end to the last event; the tail limit: min(twice the median of |first - second synchronize's host time|
+    + 0.02 ms, 0.1 ms), the quantity a timed call is judged on))."""
     latency, waits = [], []
     for _ in range(n):
         flush.zero_()
@@ -438,8 +440,9 @@ def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int
         end.synchronize()
         h0 = clock()
         torch.cuda.synchronize(device)
-        waits.append((clock() - h0) * 1e3)
+        h1 = clock()
         fin.record()
         torch.cuda.synchronize(device)
+        waits.append(abs((h1 - h0) - (clock() - h1)) * 1e3)
         latency.append(end.elapsed_time(fin))
     return median(latency), min(2 * median(waits) + 0.02, TAIL_LIMIT_CAP_MS)

@@ -57,3 +57,16 @@ def test_the_flags_are_compared_with_the_state_given():
     finally:
         torch.set_default_dtype(torch.float32)
     assert now == _guards.numerics_flags()
+
+
+def test_between_ordinary_calls_only_the_fresh_input_operators_are_compared():
+    # a kernel over the permutation's gather (index.Tensor) is seen after every call, one over equal only at rechecks
+    wires = _guards.Tripwires()
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("index.Tensor", lambda self, indices: self.clone(), "CPU")
+        lib.impl("equal", lambda self, other: True, "CPU")
+        assert wires.changes(dispatcher=False) == ["the dispatcher's kernels for aten::index.Tensor were changed"]
+        assert "the dispatcher's kernels for aten::equal were changed" in wires.changes(dispatcher=True)
+    finally:
+        lib._destroy()
