@@ -100,6 +100,9 @@ class SandboxConfig:
             raise ValueError("n_trials must be >= 1 and n_warmup >= 0")
         if self.atol < 0 or self.rtol < 0:
             raise ValueError("tolerances must be >= 0")
+        if self.measure_speed and not 1 <= self.n_rechecks <= self.n_trials:
+            # none leaves the timed calls unchecked (hacks C5, D4); more than the trials cannot be placed
+            raise ValueError("n_rechecks must be between 1 and n_trials when measure_speed is on")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too

@@ -66,9 +66,8 @@ def timeout_feedback(phase: str, seconds: float) -> str:
 
 def incorrect_feedback(reason: str, max_abs_error: float | None = None, max_rel_error: float | None = None) -> str:
     tail = ""
-    if max_abs_error is not None and "max abs error" not in reason:
-        rel = f", max rel error {max_rel_error:.4g}" if max_rel_error is not None else ""
-        tail = f" (max abs error {max_abs_error:.4g}{rel})"
+    if max_rel_error is not None and "max rel error" not in reason:
+        tail = f" (max rel error {max_rel_error:.2g})"  # no abs error: it gives a golden value back (compare.py)
     return trim(f"Incorrect: {reason}{tail}.")
 
 

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 import torch
 
 from kevin.sandbox.compare import Comparison, combine, compare_outputs, compare_tensor
@@ -69,6 +71,12 @@ def test_integer_outputs_must_match_exactly():
     assert not compare_tensor(torch.tensor([1, 2, 4]), ref, atol=1, rtol=1).ok
 
 
+def test_integers_beyond_float64s_precision_must_match_exactly_too():
+    ref = torch.tensor([2**53 + 1], dtype=torch.int64)  # as float64 it rounds to 2**53
+    c = compare_tensor(torch.tensor([2**53], dtype=torch.int64), ref, atol=1, rtol=1)
+    assert not c.ok and "differs from the reference in 1 of 1 elements" in c.reason
+
+
 def test_a_missing_output_fails_the_list():
     c = compare_outputs([torch.zeros(1)], [torch.zeros(1), torch.zeros(1)], atol=1e-3, rtol=1e-3)
     assert not c.ok and "returned 1 outputs, expected 2" in c.reason
@@ -84,3 +92,12 @@ def test_a_complex_output_with_its_imaginary_part_dropped_is_wrong():
     # casting complex to float64 keeps only the real part; the comparison must see both
     ref = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
     assert not compare_tensor(ref.real.to(torch.complex64), ref, atol=1e-3, rtol=1e-3).ok
+
+
+def test_the_reason_for_zeros_does_not_give_a_scalars_value_back():
+    ref = torch.tensor(2.0037)
+    c = compare_tensor(torch.zeros(()), ref, atol=1e-3, rtol=1e-3)
+    # zeros: error |0 - 2.0037| / max(|ref|, rms) = 1, all the reason says; the value stays in the result's field
+    assert c.reason == ("output differs from the reference in 1 of 1 elements: max rel error 1 "
+                        "(tolerance 0.001 x rms(ref) + 0.001 x |ref|)")
+    assert c.max_abs_error == pytest.approx(2.0037)

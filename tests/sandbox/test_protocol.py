@@ -172,6 +172,14 @@ def test_the_config_rejects_nonsense():
         SandboxConfig(n_input_sets=0)
 
 
+def test_the_config_needs_a_recheck_that_fits_in_the_trials():
+    with pytest.raises(ValueError, match="n_rechecks"):
+        SandboxConfig(n_rechecks=0)  # no timed call would be checked
+    with pytest.raises(ValueError, match="n_rechecks"):
+        SandboxConfig(n_trials=2, n_rechecks=3)
+    assert SandboxConfig(n_rechecks=0, measure_speed=False).n_rechecks == 0  # nothing is timed
+
+
 def test_task_sizes_for_the_backend_are_applied():
     t = Task("sized", RELU_TASK.source, sizes={"cpu": {"dim": 8}})
     assert "dim = 8" in t.source_for("cpu")
