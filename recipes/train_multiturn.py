@@ -72,6 +72,9 @@ class Config:
     """recompute activations in the backward pass (needed for 16k-token responses)"""
     tasks: str = "builtin"
     """"builtin" (our suite, train split) or a path / datasets id for kevin.data.load_tasks"""
+    calibrate_tasks: bool = True
+    """drop loaded tasks that a fake passes (zeros, a constant, the input, a subsample: kevin.sandbox.calibrate),
+    e.g. a KernelBench task whose output is constant; the built-in suite is vetted by its tests"""
     tasks_per_step: int = 8
     """B: tasks per step (paper: 8), sharded over processes"""
     n_trajectories: int = 16
@@ -183,7 +186,7 @@ def main(argv: list[str]) -> None:
 
     from kevin.core.policy import TransformersPolicy
     from kevin.data import BatchSampler, builtin_tasks, load_tasks
-    from kevin.sandbox import Sandbox, SandboxConfig
+    from kevin.sandbox import Sandbox, SandboxConfig, calibrate_many
 
     cuda = torch.cuda.is_available()
     acc = Accelerator(cpu=not cuda, mixed_precision="bf16" if cfg.bf16 and cuda else "no", project_dir=cfg.output_dir,
@@ -210,6 +213,14 @@ def main(argv: list[str]) -> None:
                                 top_p=cfg.top_p, mode=cfg.generation_mode)
 
     all_tasks = builtin_tasks(split="train") if cfg.tasks == "builtin" else load_tasks(cfg.tasks)
+    if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
+        reports = calibrate_many(all_tasks, device=f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu",
+                                 config=SandboxConfig(seed=cfg.seed))
+        acc.print(f"calibration: dropped {sum(not r.passed for r in reports)} of {len(reports)} tasks that a fake "
+                  f"passes: {[r.task_id for r in reports if not r.passed][:20]}")
+        all_tasks = [t for t, r in zip(all_tasks, reports) if r.passed]
+        if not all_tasks:
+            raise ConfigError(f"no task of {cfg.tasks!r} survived calibration (calibrate_tasks=False skips it)")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))

@@ -159,3 +159,34 @@ def test_a_mistyped_option_stops_the_recipe_with_a_message_before_any_work(tmp_p
                            "--output_dir", str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "unknown option --stepz" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_loaded_task_that_a_constant_passes_is_dropped_before_training(tmp_path):
+    level = tmp_path / "tasks" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_Relu.py").write_text(TASK.format(body="torch.relu(x)"))
+    # a softmax over a dimension of size 1 is all ones, whatever the input (a KernelBench level-2 pattern)
+    (level / "2_Softmax_of_a_mean.py").write_text(TASK.format(body="torch.softmax(x.mean(1, keepdim=True), dim=1)"))
+    proc = run_recipe("train_singleturn.py", tmp_path / "out", "--steps", "1", "--tasks", str(tmp_path / "tasks"))
+    assert "calibration: dropped 1 of 2 tasks that a fake passes: ['kb-L1-2']" in proc.stdout
