@@ -15,12 +15,23 @@ Example: ref = [3, 4] (s = sqrt((9 + 16) / 2) = 3.536), out = [3, 4.01], atol = 
 tol = [0.003536 + 0.003, 0.003536 + 0.004] = [0.006536, 0.007536]; |d| = [0, 0.01] > 0.007536 -> fail,
 max_abs_error = 0.01, max_rel_error = 0.01 / 4 = 0.0025.
 Integer and bool outputs must match exactly.
+
+A second criterion covers what ``atol * s`` leaves unchecked when the reference spans a huge range (a
+cumulative product of 4,000 Gaussians is exactly 0 in 96 % of its elements and below 1e-3 x s in most of the
+rest, so a kernel that stops after 64 columns passed: a review). Of the finite elements with
+``|ref| >= finfo.tiny``, at most 1 % (``SMALL_SHARE``) may be off by more than half of ``|ref|`` (``HALF``).
+The reference's own model run in float64, as a more accurate kernel would compute it, is off that much in at
+most 0.003 % of the elements of any built-in task's four input sets (stop 17, on the CPU machine).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+
+HALF = 0.5  # second criterion: an element is wrong when off by more than this share of |ref| ...
+SMALL_SHARE = 0.01  # ... and an output fails when more than this share of its nonzero elements are
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,16 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
             # the result's fields
             f"{name} differs from the reference in {n_bad} of {ref.numel()} elements: max rel error "
             f"{max_rel:.2g} (tolerance {atol:g} x rms(ref) + {rtol:g} x |ref|)",
+            max_abs, max_rel,
+        )
+    nonzero = fr.abs() >= torch.finfo(ref.dtype).tiny
+    n_nonzero = int(nonzero.sum())
+    n_half = int((d[nonzero] > HALF * fr[nonzero].abs()).sum()) if n_nonzero else 0
+    if n_half > SMALL_SHARE * n_nonzero:
+        return Comparison(
+            False,
+            f"{name} is off by more than half of the reference in {n_half} of the {n_nonzero} elements where the "
+            f"reference is not zero (more than {SMALL_SHARE:.0%}): elements far below the others count too",
             max_abs, max_rel,
         )
     return Comparison(True, "", max_abs, max_rel)

@@ -101,3 +101,27 @@ def test_the_reason_for_zeros_does_not_give_a_scalars_value_back():
     assert c.reason == ("output differs from the reference in 1 of 1 elements: max rel error 1 "
                         "(tolerance 0.001 x rms(ref) + 0.001 x |ref|)")
     assert c.max_abs_error == pytest.approx(2.0037)
+
+
+def test_a_cumulative_product_cut_short_fails_though_its_small_elements_are_under_atol():
+    torch.manual_seed(0)
+    ref = torch.cumprod(torch.randn(128, 4000), 1)  # 96 % exactly 0; the rest decays below 1e-3 x rms in columns
+    cut = ref.clone()
+    cut[:, 64:] = 0  # passes |d| <= atol x rms + rtol x |ref| everywhere
+    c = compare_tensor(cut, ref, atol=1e-3, rtol=1e-3)
+    assert not c.ok and "is off by more than half of the reference" in c.reason
+
+
+def test_a_cumulative_product_computed_more_accurately_passes():
+    torch.manual_seed(0)
+    x = torch.randn(128, 4000)
+    assert compare_tensor(torch.cumprod(x.double(), 1).float(), torch.cumprod(x, 1), atol=1e-3, rtol=1e-3).ok
+
+
+def test_one_percent_of_the_nonzero_elements_may_be_off_by_more_than_half():
+    ref = torch.ones(1000)
+    out = ref.clone()
+    out[:10] = 1.6  # off by 0.6: within atol x rms + rtol x |ref| = 1 + 1 = 2, over half of |ref|; 10 of 1000 = 1 %
+    assert compare_tensor(out, ref, atol=1.0, rtol=1.0).ok
+    out[10] = 1.6  # 11 of 1000
+    assert not compare_tensor(out, ref, atol=1.0, rtol=1.0).ok
