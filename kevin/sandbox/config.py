@@ -21,12 +21,13 @@ class SandboxConfig:
     element passes when ``|out - ref| <= atol * rms(ref) + rtol * |ref|``: both tolerances are relative
     to the magnitude of the reference, so a tiny reference cannot be matched by zeros (hack B1).
 
-    >>> SandboxConfig(n_input_sets=3).n_input_sets
-    3
+    >>> SandboxConfig(n_input_sets=5).n_input_sets
+    5
     """
 
     n_input_sets: int = 4
-    """correctness input sets per candidate (3-5 is the useful range)"""
+    """correctness input sets per candidate, the variants in turn (task, signed, scaled, heavy-tailed): at least 4,
+    since fewer would drop the heavy-tailed set, the defence against kernels that compute on a subsample"""
     atol: float = 1e-3
     """absolute tolerance, in units of the reference's RMS value"""
     rtol: float = 1e-3
@@ -94,8 +95,8 @@ class SandboxConfig:
     """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
 
     def __post_init__(self) -> None:
-        if self.n_input_sets < 1:
-            raise ValueError("n_input_sets must be >= 1")
+        if self.n_input_sets < 4:
+            raise ValueError("n_input_sets must be >= 4 (one set of each variant: task, signed, scaled, heavy-tailed)")
         if self.n_trials < 1 or self.n_warmup < 0:
             raise ValueError("n_trials must be >= 1 and n_warmup >= 0")
         if self.atol < 0 or self.rtol < 0:

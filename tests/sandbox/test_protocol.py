@@ -172,6 +172,11 @@ def test_the_config_rejects_nonsense():
         SandboxConfig(n_input_sets=0)
 
 
+def test_the_config_keeps_one_input_set_of_each_variant():
+    with pytest.raises(ValueError, match="heavy-tailed"):
+        SandboxConfig(n_input_sets=3)  # the fourth set is the heavy-tailed one
+
+
 def test_the_config_needs_a_recheck_that_fits_in_the_trials():
     with pytest.raises(ValueError, match="n_rechecks"):
         SandboxConfig(n_rechecks=0)  # no timed call would be checked
