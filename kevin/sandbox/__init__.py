@@ -71,14 +71,17 @@ Defended (each has an adversarial test under tests/sandbox/candidates/):
 - C1 input mutation: inputs are cloned and compared bit for bit after every call.
 - C2 global numerics, C3 comparison patching, D6 timer patching, D2 threads: numerics flags (default
   dtype, TF32, cudnn, matmul precision, determinism, flush-to-zero, thread counts) and the identity of the
-  harness's functions are snapshotted before import and compared after import, after every correctness set
-  and after timing, and the identities also after every timed call: before stop 17 they were compared once
-  after all sets and once after the loop, so ``torch.equal`` replaced for one set (hiding an input mutation)
-  or a timer replaced for two timed calls, each put back by the next call, was judged correct; the
+  harness's functions, entered dispatch and function modes and trace or profile hooks (`._guards.Tripwires`)
+  are snapshotted before import and compared after import, after every correctness set, after every timed
+  call and after timing: before stop 17 they were compared once after all sets and once after the loop, so
+  ``torch.equal`` replaced for one set (hiding an input mutation), a timer replaced for two timed calls, each
+  put back by the next call, or a dispatch mode left entered (it sees the harness's ``clone`` of an output
+  with the dispatcher's table unchanged) was judged correct; the
   Python thread count is checked after each call; the output must be exactly ``torch.Tensor`` (D3), on
   the right device, with no memory shared with an input (B2). The dispatcher's kernels for the operators
-  the harness itself runs on outputs (clone, copy, to, equal, ...) are compared too, with the flags, and
-  again before each rechecked timed call's output is snapshotted: a kernel registered over ``clone`` could
+  the harness itself runs (clone, copy, to, equal, the permutation's randperm and gather, ..., every
+  overload) are compared too, with the flags: those that make fresh inputs after every timed call, all of
+  them before each rechecked timed call's output is snapshotted. A kernel registered over ``clone`` could
   finish deferred work only when the harness reads an output (registered after each timed call and removed by
   the next, it was judged correct before stop 17).
 - C5 evaluator-mode branching, D4 caching on pointers or content, D5 batch-and-skip: every timed call gets
