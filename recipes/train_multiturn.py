@@ -49,6 +49,7 @@ from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_chec
 from kevin.core.cli import ConfigError, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
+from kevin.core.policy.models import load_model
 from kevin.core.records import load_rollout, save_rollout, turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
@@ -151,27 +152,9 @@ TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, ma
 
 
 def build_model(cfg: Config, device: torch.device):
-    """(model, tokenizer) for cfg.model, on ``device``, LoRA-wrapped when cfg.lora."""
-    dtype = torch.bfloat16 if cfg.bf16 and cfg.lora and device.type == "cuda" else torch.float32
-    if cfg.model == "tiny" or cfg.model.startswith("random:"):
-        from kevin.core.policy.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
-        tokenizer = build_tiny_tokenizer()
-        if cfg.model == "tiny":
-            model = build_tiny_model(tokenizer, seed=cfg.seed).to(device)
-        else:  # a real architecture with random weights, built on the GPU directly
-            model = build_random_model(cfg.model.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")
-        tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype).to(device)
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if cfg.lora:
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, lora_dropout=0.0,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-    return model, tokenizer
+    """(model, tokenizer) for cfg.model on ``device``, LoRA-wrapped when cfg.lora (also rebuilt by evaluate.py)."""
+    return load_model(cfg.model, device=device, seed=cfg.seed, bf16=cfg.bf16,
+                      lora_rank=cfg.lora_rank if cfg.lora else 0, gradient_checkpointing=cfg.gradient_checkpointing)
 
 
 def main(argv: list[str]) -> None:
@@ -186,7 +169,8 @@ def main(argv: list[str]) -> None:
 
     from kevin.core.policy import TransformersPolicy
     from kevin.data import BatchSampler, builtin_tasks, load_tasks
-    from kevin.sandbox import Sandbox, SandboxConfig, calibrate_many
+    from kevin.sandbox import Sandbox, SandboxConfig
+    from kevin.sandbox.calibrate import usable_tasks
 
     cuda = torch.cuda.is_available()
     acc = Accelerator(cpu=not cuda, mixed_precision="bf16" if cfg.bf16 and cuda else "no", project_dir=cfg.output_dir,
@@ -213,16 +197,11 @@ def main(argv: list[str]) -> None:
                                 top_p=cfg.top_p, mode=cfg.generation_mode)
 
     all_tasks = builtin_tasks(split="train") if cfg.tasks == "builtin" else load_tasks(cfg.tasks)
-    if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
-        reports = calibrate_many(all_tasks, device=f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu",
-                                 config=SandboxConfig(seed=cfg.seed))
-        acc.print(f"calibration: dropped {sum(not r.passed for r in reports)} of {len(reports)} tasks that a fake "
-                  f"passes: {[r.task_id for r in reports if not r.passed][:20]}")
-        all_tasks = [t for t, r in zip(all_tasks, reports) if r.passed]
-        if not all_tasks:
-            raise ConfigError(f"no task of {cfg.tasks!r} survived calibration (calibrate_tasks=False skips it)")
-    sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
+    if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
+        all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
+        acc.print(f"calibration: dropped {len(dropped)} of {len(all_tasks) + len(dropped)} tasks that a fake passes: {dropped[:20]}")
+    sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))
 
     def old_and_ref_logprobs(mb):

@@ -155,3 +155,15 @@ def run_controls(golden: _golden_run.Golden, config: SandboxConfig) -> dict[str,
 
 
 __all__ = ["CalibrationReport", "calibrate", "calibrate_many", "CONTROLS"]
+
+
+def usable_tasks(tasks: Sequence[Any], *, device: str = "cpu", seed: int | None = None) -> tuple[list[Any], list[str]]:
+    """(the tasks whose controls all fail, the ids of the others): `calibrate_many` as a filter, for tasks loaded
+    from outside the vetted suite (a KernelBench output can be constant). ``seed`` fixes the inputs, so processes
+    of one run keep the same tasks. Raises ValueError when none is left."""
+    reports = calibrate_many(tasks, device=device, config=SandboxConfig(seed=seed))
+    kept = [t for t, r in zip(tasks, reports) if r.passed]
+    if not kept:
+        raise ValueError(f"no task of {len(tasks)} survived calibration: a fake passes each of them")
+    return kept, [r.task_id for r in reports if not r.passed]
+
