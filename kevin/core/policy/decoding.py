@@ -173,6 +173,60 @@ def compiled_forward(model: Any, fuse: bool = False) -> Callable[..., Any]:
     return held[1]
 
 
+LAST_POSITION_MODELS = ("llama", "mistral", "qwen2", "qwen3")
+"""``config.model_type``s whose decoder layer is ``h += o_proj(attention(...)); h += mlp(norm(h))`` with nothing
+after the attention that mixes positions, so the last layer's ``o_proj`` and ``mlp`` may run on one position."""
+
+_LAST_POSITION_ONLY = False  # set by `_last_position_prefill`; read inside compiled graphs (Dynamo guards on it)
+
+
+def _keep_last_position(module: Any, args: tuple) -> tuple | None:
+    """Forward pre-hook: inside `_last_position_prefill`, the input [B, Q, F] cut to its last position [B, 1, F]."""
+    if not _LAST_POSITION_ONLY or not args or args[0].dim() != 3:
+        return None
+    return (args[0][:, -1:], *args[1:])
+
+
+def _install_last_position_hooks(model: Any) -> bool:
+    """Put `_keep_last_position` on the last decoder layer's ``self_attn.o_proj`` and ``mlp`` (once per model,
+    before its first compile: hooks added later would recompile the prefill); returns whether the model has them.
+
+    Why: a prefill that keeps the logits of the last position only (``logits_to_keep=1``) needs every layer's
+    keys and values at every position, but the last layer's attention output, ``o_proj`` and MLP only at the last
+    one. Cut there, the residual sums broadcast ([B, Q, D] + [B, 1, D]): the last position holds the exact hidden
+    state, and the others, which nothing reads, hold finite filler. For a 7B model that is 1/28 of the prefill's
+    o_proj and MLP matmuls, by arithmetic about 0.17 s of a 128 x 2,048-token prefill on an H200.
+    """
+    held = model.__dict__.get("_kevin_last_position_hooks")
+    if held is not None:
+        return held
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layers = getattr(model.get_decoder(), "layers", None) if hasattr(model, "get_decoder") else None
+    n = getattr(config, "num_hidden_layers", None)
+    last = layers[n - 1] if layers is not None and n and len(layers) >= n else None
+    o_proj = getattr(getattr(last, "self_attn", None), "o_proj", None)
+    mlp = getattr(last, "mlp", None)
+    ok = (getattr(config, "model_type", None) in LAST_POSITION_MODELS and isinstance(o_proj, torch.nn.Module)
+          and isinstance(mlp, torch.nn.Module))
+    if ok:
+        o_proj.register_forward_pre_hook(_keep_last_position)
+        mlp.register_forward_pre_hook(_keep_last_position)
+    model.__dict__["_kevin_last_position_hooks"] = ok
+    return ok
+
+
+@contextlib.contextmanager
+def _last_position_prefill() -> Any:
+    """Inside: the last decoder layer's ``o_proj`` and ``mlp`` see the last position only (see
+    `_install_last_position_hooks`). Only around a forward whose caller reads nothing but the last position's logits."""
+    global _LAST_POSITION_ONLY
+    saved, _LAST_POSITION_ONLY = _LAST_POSITION_ONLY, True
+    try:
+        yield
+    finally:
+        _LAST_POSITION_ONLY = saved
+
+
 RECOMPILE_LIMIT = 64
 """Compiled entries allowed per code object while sampling (torch's default is 8): the compiled prefill and each
 (rows, cache length) of the decoding step are entries of one code object (``model.__call__``)."""
@@ -290,12 +344,14 @@ def sample_static(
     cache.reset()
     if fuse:
         _fused.install(model)  # before the prefill: swapping the linears' class later would recompile it
+    trim = _install_last_position_hooks(model)  # the last layer's o_proj and MLP at the last position only
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)  # [B, P]
     prefill = compiled_prefill(model) if compile_prefill else model
-    with fresh_prefill(padded=bool((attention_mask == 0).any()) or not _full_attention_only(model)):
+    with (fresh_prefill(padded=bool((attention_mask == 0).any()) or not _full_attention_only(model)),
+          _last_position_prefill() if trim else contextlib.nullcontext()):
         out = prefill(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=1, **{cache_kw: cache})
     logits = out.logits[:, -1]  # [B, V]

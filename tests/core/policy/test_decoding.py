@@ -262,3 +262,73 @@ def test_padding_rows_do_not_hold_back_the_early_stop(tiny, monkeypatch):
     run = dict(max_new_tokens=20, cache_length=32, stop_token_ids=[7], check_every=4, compile=False)
     assert sample_static(tiny, ids, torch.ones_like(ids), wait_rows=2, **run).tokens.shape == (4, 4)
     assert sample_static(tiny, ids, torch.ones_like(ids), **run).tokens.shape == (4, 20)
+
+
+def _input_lengths(module):
+    """Record the position count (dim 1) of every input ``module`` sees; returns the list and the hook handle."""
+    seen = []
+    handle = module.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]))
+    return seen, handle
+
+
+def test_the_prefill_runs_the_last_layers_mlp_on_the_last_position_only(tiny):
+    ids = torch.randint(1, 100, (2, 9))
+    first, h1 = _input_lengths(tiny.model.layers[0].mlp)
+    last, h2 = _input_lengths(tiny.model.layers[-1].mlp)
+    try:
+        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
+    finally:
+        h1.remove(), h2.remove()
+    # the prefill (9 positions), then 2 decoding steps (1 each); the last layer's prefill is cut to 1 position
+    # (the spy was registered after the trimming hook, so it sees the cut input)
+    assert first == [9, 1, 1]
+    assert last == [1, 1, 1]
+
+
+def test_the_prefill_runs_the_last_layers_o_proj_on_the_last_position_only(tiny):
+    ids = torch.randint(1, 100, (2, 9))
+    first, h1 = _input_lengths(tiny.model.layers[0].self_attn.o_proj)
+    last, h2 = _input_lengths(tiny.model.layers[-1].self_attn.o_proj)
+    try:
+        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
+    finally:
+        h1.remove(), h2.remove()
+    assert first == [9, 1] and last == [1, 1]
+
+
+def test_a_forward_outside_the_prefill_keeps_every_position_of_the_last_layer(tiny):
+    import copy
+
+    model = copy.deepcopy(tiny)
+    ids = torch.randint(1, 100, (2, 9))
+    before = model(input_ids=ids).logits
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)  # installs the hooks
+    assert model.__dict__["_kevin_last_position_hooks"]
+    torch.testing.assert_close(model(input_ids=ids).logits, before, atol=0, rtol=0)  # [2, 9, V]: all positions
+
+
+def test_an_unknown_architecture_keeps_its_last_layer_whole():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from kevin.core.policy.decoding import _install_last_position_hooks
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    assert _install_last_position_hooks(model) is False
+    assert not any(m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("compile_prefill", [False, True])
+def test_the_trimmed_prefill_gives_the_logits_of_the_whole_one(tiny, compile_prefill):
+    import copy
+
+    from kevin.core.policy.decoding import _install_last_position_hooks, _last_position_prefill
+
+    model = copy.deepcopy(tiny)
+    ids = torch.randint(1, 100, (3, 11))
+    whole = model(input_ids=ids, logits_to_keep=1).logits  # [3, 1, V]
+    assert _install_last_position_hooks(model)
+    forward = torch.compile(model.__call__, dynamic=True) if compile_prefill else model
+    with torch.no_grad(), _last_position_prefill():
+        cut = forward(input_ids=ids, logits_to_keep=1).logits
+    # one position through the last layer's MLP instead of 11: the same sums, up to the matmul's blocking
+    torch.testing.assert_close(cut, whole, atol=1e-5, rtol=1e-5)
