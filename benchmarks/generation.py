@@ -16,7 +16,9 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
   ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.policy.attention.IMPLEMENTATIONS``);
   ``policy:static+unfused`` with ``fuse_projections=False`` (q, k, v, gate and up as separate matmuls);
   ``policy:static+cublas`` with the decoding loop's matmuls through torch's default BLAS instead of
-  ``kevin.core.policy.decoding.DECODE_BLAS`` (cuBLASLt).
+  ``kevin.core.policy.decoding.DECODE_BLAS`` (cuBLASLt); ``policy:static+inlinerotary`` with the prefill's rotary
+  cos and sin traced through (``PREFILL_ROTARY = False``); ``policy:static+whole`` with the prefill's last layer run
+  on every position. Suffixes combine (``policy:static+inlinerotary+whole``).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
   ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
@@ -125,12 +127,20 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
 
         mode = variant.split(":", 1)[1]
         extra = {}
-        if mode.endswith("+unfused"):  # the decoding step without kevin.core.policy.fused's one matmul per group
-            mode, extra["fuse_projections"] = mode[: -len("+unfused")], False
-        if mode.endswith("+cublas"):  # the decoding loop's matmuls through torch's default BLAS, not DECODE_BLAS
-            from kevin.core.policy import decoding
+        mode, *flags = mode.split("+")
+        from kevin.core.policy import decoding
 
-            mode, decoding.DECODE_BLAS = mode[: -len("+cublas")], "default"
+        for flag in flags:
+            if flag == "unfused":  # the decoding step without kevin.core.policy.fused's one matmul per group
+                extra["fuse_projections"] = False
+            elif flag == "cublas":  # the decoding loop's matmuls through torch's default BLAS, not DECODE_BLAS
+                decoding.DECODE_BLAS = "default"
+            elif flag == "inlinerotary":  # the prefill's cos and sin traced through (inside every layer's kernel)
+                decoding.PREFILL_ROTARY = False
+            elif flag == "whole":  # the prefill's last layer on every position, not the last one only
+                decoding._install_last_position_hooks = lambda model: False
+            else:
+                raise SystemExit(f"unknown variant flag +{flag} in {variant!r}")
         if "@" in mode:
             mode, impl = mode.split("@", 1)
             extra["decode_attention"] = None if impl == "model" else impl

@@ -227,6 +227,10 @@ def _last_position_prefill() -> Any:
         _LAST_POSITION_ONLY = saved
 
 
+PREFILL_ROTARY = True
+"""Whether a compiled prefill computes the rotary (cos, sin) once (`sample_static`'s ``prefill_rotary``)."""
+
+
 RECOMPILE_LIMIT = 64
 """Compiled entries allowed per code object while sampling (torch's default is 8): the compiled prefill and each
 (rows, cache length) of the decoding step are entries of one code object (``model.__call__``)."""
@@ -306,6 +310,7 @@ def sample_static(
     compile: bool | None = None,
     compile_prefill: bool | None = None,
     fuse_projections: bool | None = None,
+    prefill_rotary: bool | None = None,
     check_every: int = 16,
     wait_rows: int | None = None,
 ) -> Sampled:
@@ -316,7 +321,10 @@ def sample_static(
     on CUDA) runs the decoding step through :func:`compiled_forward` and the sampling through
     :func:`compiled_sampler`; ``compile_prefill`` (default: as ``compile``) the prefill through
     :func:`compiled_prefill`; ``fuse_projections`` (default: as ``compile``) the compiled decoding step with one
-    matmul for q, k and v and one for gate and up (:mod:`kevin.core.policy.fused`; ignored without ``compile``). Stops
+    matmul for q, k and v and one for gate and up (:mod:`kevin.core.policy.fused`; ignored without ``compile``);
+    ``prefill_rotary`` (default: `PREFILL_ROTARY`) the compiled prefill's rotary (cos, sin) computed once, by
+    :func:`kevin.core.policy.attention.rotary_cos_sin`, not inside every layer's kernel (once set on a model, it
+    stays). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps); with ``wait_rows``,
     when the first ``wait_rows`` rows have (the others are batch padding, whose tokens nobody reads).
 
@@ -326,7 +334,7 @@ def sample_static(
     not be deduped. Dynamo's recompile limit is raised to `RECOMPILE_LIMIT` inside: each new (rows, cache
     length) is one more compiled decoding step, and past torch's default of 8 the step silently ran eagerly.
     """
-    from kevin.core.policy.attention import LIVE_SLOTS, fresh_prefill, interface_name
+    from kevin.core.policy.attention import LIVE_SLOTS, fresh_prefill, install_prefill_rotary, interface_name
 
     b, p = input_ids.shape
     if p + max_new_tokens > cache_length:
@@ -345,6 +353,8 @@ def sample_static(
     if fuse:
         _fused.install(model)  # before the prefill: swapping the linears' class later would recompile it
     trim = _install_last_position_hooks(model)  # the last layer's o_proj and MLP at the last position only
+    if compile_prefill and (PREFILL_ROTARY if prefill_rotary is None else prefill_rotary):
+        install_prefill_rotary(model)  # before compiling: the prefill's layers read one (cos, sin), computed once
 
     mask = torch.ones(b, cache_length, dtype=torch.long, device=device)  # [B, S]: only left pads are 0
     mask[:, :p] = attention_mask

@@ -332,3 +332,23 @@ def test_the_trimmed_prefill_gives_the_logits_of_the_whole_one(tiny, compile_pre
         cut = forward(input_ids=ids, logits_to_keep=1).logits
     # one position through the last layer's MLP instead of 11: the same sums, up to the matmul's blocking
     torch.testing.assert_close(cut, whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("prefill_rotary", [False, True])
+def test_a_compiled_prefill_samples_the_logprobs_of_a_teacher_forced_forward(prefill_rotary):
+    from kevin.core.policy.attention import _PREFILL_ROTARY
+
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(tok, seed=3).eval()  # its own: the rotary operator, once installed, stays
+    torch.manual_seed(5)
+    ids = torch.randint(1, 100, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # one row padded: positions 0..6 after two pads
+    out = sample_static(model, ids, mask, max_new_tokens=4, cache_length=16, temperature=0.8, compile=False,
+                        compile_prefill=True, prefill_rotary=prefill_rotary)
+    assert (type(model.model.rotary_emb) in _PREFILL_ROTARY.values()) == prefill_rotary
+    full, full_mask = torch.cat([ids, out.tokens], 1), torch.cat([mask, torch.ones_like(out.tokens)], 1)
+    positions = (full_mask.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, 8:-1].float() / 0.8
+    ref = torch.log_softmax(logits, -1).gather(-1, out.tokens[..., None]).squeeze(-1)  # [2, 4]
+    torch.testing.assert_close(out.logprobs, ref, atol=1e-4, rtol=1e-4)
