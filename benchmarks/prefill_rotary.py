@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, kevin not installed
 
 
 def main() -> None:
@@ -64,6 +67,10 @@ def main() -> None:
     cos, sin = rotary(q_lin, positions)
     reference = inline(q_lin, k_lin, positions)
     results: dict = {"rows": b, "length": q_len, "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    from kevin.core.policy.attention import _same_cos_sin  # the check `install_prefill_rotary` makes, on this GPU
+
+    results["operator_matches_the_module_bf16"] = _same_cos_sin(rotary, torch.bfloat16)
+    results["operator_matches_the_module_fp32"] = _same_cos_sin(rotary, torch.float32)
     cases = {"inline": (inline, (q_lin, k_lin, positions)), "precomputed": (precomputed, (q_lin, k_lin, cos, sin)),
              "copy": (copy, (q_lin, k_lin))}
     for name, (fn, inputs) in cases.items():

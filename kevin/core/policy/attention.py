@@ -111,37 +111,72 @@ def _(position_ids, inv_freq, scaling, dtype):
     return position_ids.new_empty(shape, dtype=dtype), position_ids.new_empty(shape, dtype=dtype)
 
 
+ROTARY_MODELS = ("llama", "mistral", "qwen2", "qwen3")
+"""``config.model_type``s whose rotary embedding is ``cos, sin = cos([f, f]), sin([f, f])`` of ``f = position *
+inv_freq``, what `rotary_cos_sin` computes (others interleave the halves, scale the frequencies per call, or return
+one complex tensor)."""
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # frequencies fixed at init (no per-call update)
 _PREFILL_ROTARY: dict[type, type] = {}  # rotary-embedding class -> its subclass made by `install_prefill_rotary`
 
 
+def _new_instance(cls: type) -> Any:
+    """An empty instance of ``cls``, for unpickling (its state is set after)."""
+    return cls.__new__(cls)
+
+
 def _prefill_rotary_class(cls: type) -> type:
-    """A subclass of ``cls`` whose forward runs :func:`rotary_cos_sin` inside `fresh_prefill`, ``cls.forward`` else."""
+    """A subclass of ``cls`` whose forward runs :func:`rotary_cos_sin` inside `fresh_prefill`, ``cls.forward`` else.
+
+    Pickled (and deep-copied) as ``cls`` itself: the subclass exists only in the process that made it, and
+    `install_prefill_rotary` makes it again for the copy."""
     if cls not in _PREFILL_ROTARY:
         def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             if _FRESH_PREFILL is None:
                 return cls.forward(self, x, position_ids)
             return torch.ops.kevin.rotary_cos_sin(position_ids, self.inv_freq, float(self.attention_scaling), x.dtype)
 
-        _PREFILL_ROTARY[cls] = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+        def __reduce_ex__(self: Any, protocol: int) -> Any:
+            _, _, *state = cls.__reduce_ex__(self, protocol)  # (copyreg.__newobj__, (sub,), state, ...)
+            return (_new_instance, (cls,), *state)
+
+        _PREFILL_ROTARY[cls] = type(cls.__name__, (cls,), {"forward": forward, "__reduce_ex__": __reduce_ex__,
+                                                           "__module__": cls.__module__})
     return _PREFILL_ROTARY[cls]
+
+
+def _same_cos_sin(module: Any, dtype: torch.dtype) -> bool:
+    """Whether `rotary_cos_sin` gives exactly the module's own (cos, sin) at a few positions, in ``dtype``."""
+    device = module.inv_freq.device
+    positions = torch.tensor([[0, 1, 7, 1000, 31999]], device=device)
+    x = torch.zeros(1, 5, 1, dtype=dtype, device=device)
+    with torch.no_grad():
+        own = type(module).forward(module, x, positions)
+        ours = torch.ops.kevin.rotary_cos_sin(positions, module.inv_freq, float(module.attention_scaling), dtype)
+    return (isinstance(own, tuple) and len(own) == 2
+            and all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(own, ours)))
 
 
 def install_prefill_rotary(model: Any) -> int:
     """Inside `fresh_prefill`, compute the (cos, sin) of ``model``'s rotary-embedding modules with `rotary_cos_sin`;
     elsewhere (decoding steps, training) their own forward runs unchanged. Returns the number of modules changed.
 
-    Each module gets a subclass of its class (so a ``deepcopy`` or ``.to`` of the model keeps working on its own
-    buffers). Only modules of the plain form (``inv_freq``, ``attention_scaling``, a ``rope_type`` whose frequencies
-    are fixed at init) are changed. Idempotent.
+    Only for `ROTARY_MODELS`, and only modules of the plain form (``inv_freq``, ``attention_scaling``, a ``rope_type``
+    whose frequencies are fixed at init) whose own forward gives exactly `rotary_cos_sin`'s values at a few positions
+    in the model's dtype (checked here). Each module gets a subclass of its class, so a ``.to`` of the model keeps
+    working on its own buffers. Idempotent.
     """
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "model_type", None) not in ROTARY_MODELS:
+        return 0
+    dtype = next(model.parameters()).dtype
     changed = 0
     for module in model.modules():
         cls = type(module)
         if (cls in _PREFILL_ROTARY.values() or not cls.__name__.endswith("RotaryEmbedding")
                 or not isinstance(getattr(module, "inv_freq", None), torch.Tensor)
                 or not isinstance(getattr(module, "attention_scaling", None), (int, float))
-                or getattr(module, "rope_type", None) not in _STATIC_ROPE):
+                or getattr(module, "rope_type", None) not in _STATIC_ROPE
+                or not _same_cos_sin(module, dtype)):
             continue
         module.__class__ = _prefill_rotary_class(cls)
         changed += 1

@@ -187,38 +187,53 @@ def _keep_last_position(module: Any, args: tuple) -> tuple | None:
     return (args[0][:, -1:], *args[1:])
 
 
+def _last_layer_parts(model: Any) -> tuple[Any, Any] | None:
+    """(``self_attn.o_proj``, ``mlp``) of the last decoder layer the forward runs, when ``model`` is one of
+    `LAST_POSITION_MODELS`; else None."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "model_type", None) not in LAST_POSITION_MODELS or not hasattr(model, "get_decoder"):
+        return None
+    layers = getattr(model.get_decoder(), "layers", None)
+    n = getattr(config, "num_hidden_layers", None)
+    if layers is None or not n or len(layers) < n:
+        return None
+    parts = getattr(getattr(layers[n - 1], "self_attn", None), "o_proj", None), getattr(layers[n - 1], "mlp", None)
+    return parts if all(isinstance(m, torch.nn.Module) for m in parts) else None
+
+
 def _install_last_position_hooks(model: Any) -> bool:
-    """Put `_keep_last_position` on the last decoder layer's ``self_attn.o_proj`` and ``mlp`` (once per model,
-    before its first compile: hooks added later would recompile the prefill); returns whether the model has them.
+    """Put `_keep_last_position` on the last decoder layer's ``self_attn.o_proj`` and ``mlp``; returns whether the
+    model has them. Done once (hooks added after the prefill's first compile make it recompile); checked at every
+    call, so that a model whose last layer changed (layers added or removed) moves the hooks to its new last layer.
 
     Why: a prefill that keeps the logits of the last position only (``logits_to_keep=1``) needs every layer's
     keys and values at every position, but the last layer's attention output, ``o_proj`` and MLP only at the last
-    one. Cut there, the residual sums broadcast ([B, Q, D] + [B, 1, D]): the last position holds the exact hidden
-    state, and the others, which nothing reads, hold finite filler. For a 7B model that is 1/28 of the prefill's
-    o_proj and MLP matmuls, by arithmetic about 0.17 s of a 128 x 2,048-token prefill on an H200.
+    one. Cut there, the residual sums broadcast ([B, Q, D] + [B, 1, D]): the last position holds the last layer's
+    hidden state (up to the matmuls' blocking: B rows are multiplied instead of B x Q), and the others, which
+    nothing reads, hold finite filler. For a 7B model that is 1/28 of the prefill's o_proj and MLP matmuls, by
+    arithmetic about 0.17 s of a 128 x 2,048-token prefill on an H200.
     """
-    held = model.__dict__.get("_kevin_last_position_hooks")
-    if held is not None:
-        return held
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    layers = getattr(model.get_decoder(), "layers", None) if hasattr(model, "get_decoder") else None
-    n = getattr(config, "num_hidden_layers", None)
-    last = layers[n - 1] if layers is not None and n and len(layers) >= n else None
-    o_proj = getattr(getattr(last, "self_attn", None), "o_proj", None)
-    mlp = getattr(last, "mlp", None)
-    ok = (getattr(config, "model_type", None) in LAST_POSITION_MODELS and isinstance(o_proj, torch.nn.Module)
-          and isinstance(mlp, torch.nn.Module))
-    if ok:
-        o_proj.register_forward_pre_hook(_keep_last_position)
-        mlp.register_forward_pre_hook(_keep_last_position)
-    model.__dict__["_kevin_last_position_hooks"] = ok
-    return ok
+    parts = _last_layer_parts(model)
+    held = model.__dict__.get("_kevin_last_position_hooks")  # the modules hooked, or None
+    if held is not None and (parts is None or any(a is not b for a, b in zip(held, parts))):
+        for module in held:  # no longer the last layer's: unhook
+            for key in [k for k, hook in module._forward_pre_hooks.items() if hook is _keep_last_position]:
+                del module._forward_pre_hooks[key]
+        held = model.__dict__["_kevin_last_position_hooks"] = None
+    if held is None and parts is not None:
+        for module in parts:
+            module.register_forward_pre_hook(_keep_last_position)
+        held = model.__dict__["_kevin_last_position_hooks"] = parts
+    return held is not None
 
 
 @contextlib.contextmanager
 def _last_position_prefill() -> Any:
     """Inside: the last decoder layer's ``o_proj`` and ``mlp`` see the last position only (see
-    `_install_last_position_hooks`). Only around a forward whose caller reads nothing but the last position's logits."""
+    `_install_last_position_hooks`). Only around a forward whose caller reads nothing but the last position's logits.
+
+    A process-wide flag, like `kevin.core.policy.attention.fresh_prefill`'s: no other thread may run a forward of a
+    hooked model meanwhile."""
     global _LAST_POSITION_ONLY
     saved, _LAST_POSITION_ONLY = _LAST_POSITION_ONLY, True
     try:

@@ -271,29 +271,45 @@ def _input_lengths(module):
     return seen, handle
 
 
-def test_the_prefill_runs_the_last_layers_mlp_on_the_last_position_only(tiny):
+def _hooked_tiny():
+    """A fresh tiny model whose last-position hooks are installed (so that a spy registered now runs after them)."""
+    from kevin.core.policy.decoding import _install_last_position_hooks
+
+    model = build_tiny_model(build_tiny_tokenizer(), seed=3).eval()
+    assert _install_last_position_hooks(model)
+    return model
+
+
+def test_the_prefill_runs_the_last_layers_mlp_on_the_last_position_only():
+    model = _hooked_tiny()
     ids = torch.randint(1, 100, (2, 9))
-    first, h1 = _input_lengths(tiny.model.layers[0].mlp)
-    last, h2 = _input_lengths(tiny.model.layers[-1].mlp)
-    try:
-        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
-    finally:
-        h1.remove(), h2.remove()
+    first, _ = _input_lengths(model.model.layers[0].mlp)
+    last, _ = _input_lengths(model.model.layers[-1].mlp)
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=3, cache_length=16)
     # the prefill (9 positions), then 2 decoding steps (1 each); the last layer's prefill is cut to 1 position
-    # (the spy was registered after the trimming hook, so it sees the cut input)
     assert first == [9, 1, 1]
     assert last == [1, 1, 1]
 
 
-def test_the_prefill_runs_the_last_layers_o_proj_on_the_last_position_only(tiny):
+def test_the_prefill_runs_the_last_layers_o_proj_on_the_last_position_only():
+    model = _hooked_tiny()
     ids = torch.randint(1, 100, (2, 9))
-    first, h1 = _input_lengths(tiny.model.layers[0].self_attn.o_proj)
-    last, h2 = _input_lengths(tiny.model.layers[-1].self_attn.o_proj)
-    try:
-        sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
-    finally:
-        h1.remove(), h2.remove()
+    first, _ = _input_lengths(model.model.layers[0].self_attn.o_proj)
+    last, _ = _input_lengths(model.model.layers[-1].self_attn.o_proj)
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
     assert first == [9, 1] and last == [1, 1]
+
+
+def test_hooks_follow_the_last_layer_when_layers_are_removed():
+    from kevin.core.policy.decoding import _install_last_position_hooks, _keep_last_position
+
+    model = _hooked_tiny()
+    old_last = model.model.layers[-1]
+    del model.model.layers[-1]  # layer 0 is now the last
+    model.config.num_hidden_layers = 1
+    assert _install_last_position_hooks(model)
+    assert _keep_last_position not in old_last.mlp._forward_pre_hooks.values()
+    assert _keep_last_position in model.model.layers[0].mlp._forward_pre_hooks.values()
 
 
 def test_a_forward_outside_the_prefill_keeps_every_position_of_the_last_layer(tiny):
@@ -318,7 +334,7 @@ def test_an_unknown_architecture_keeps_its_last_layer_whole():
 
 
 @pytest.mark.parametrize("compile_prefill", [False, True])
-def test_the_trimmed_prefill_gives_the_logits_of_the_whole_one(tiny, compile_prefill):
+def test_the_trimmed_prefill_gives_the_logits_of_the_whole_one(tiny, compile_prefill, fresh_dynamo):
     import copy
 
     from kevin.core.policy.decoding import _install_last_position_hooks, _last_position_prefill
@@ -334,8 +350,27 @@ def test_the_trimmed_prefill_gives_the_logits_of_the_whole_one(tiny, compile_pre
     torch.testing.assert_close(cut, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("compile_prefill", [False, True])
+def test_inside_the_trimmed_prefill_only_the_last_position_is_the_models(tiny, compile_prefill, fresh_dynamo):
+    import copy
+
+    from kevin.core.policy.decoding import _install_last_position_hooks, _last_position_prefill
+
+    model = copy.deepcopy(tiny)
+    ids = torch.randint(1, 100, (2, 7))
+    whole = model(input_ids=ids).logits  # [2, 7, V], every position
+    assert _install_last_position_hooks(model)
+    forward = torch.compile(model.__call__, dynamic=True) if compile_prefill else model
+    with torch.no_grad(), _last_position_prefill():
+        cut = forward(input_ids=ids).logits  # every position kept: the filler shows
+    assert not torch.allclose(cut[:, 0], whole[:, 0], atol=1e-3)  # the first position went through filler
+    torch.testing.assert_close(cut[:, -1], whole[:, -1], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(forward(input_ids=ids).logits, whole, atol=1e-5, rtol=1e-5)  # flag off: whole
+
+
 @pytest.mark.parametrize("prefill_rotary", [False, True])
-def test_a_compiled_prefill_samples_the_logprobs_of_a_teacher_forced_forward(prefill_rotary):
+def test_a_compiled_prefill_samples_the_logprobs_of_a_teacher_forced_forward(prefill_rotary, fresh_dynamo):
     from kevin.core.policy.attention import _PREFILL_ROTARY
 
     tok = build_tiny_tokenizer()

@@ -73,7 +73,7 @@ def test_outside_a_compiled_context_the_model_computes_as_before(tiny):
     assert torch.equal(before, during)
 
 
-def test_the_compiled_forward_runs_one_matmul_per_group_with_the_same_logits(tiny):
+def test_the_compiled_forward_runs_one_matmul_per_group_with_the_same_logits(tiny, fresh_dynamo):
     ids = torch.randint(1, 100, (2, 3))
     with torch.no_grad():
         expected = tiny(input_ids=ids).logits
