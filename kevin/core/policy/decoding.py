@@ -10,6 +10,7 @@ step then left the GPU idle for 2.6 of its 13.6 ms (``benchmarks/profile_decode.
 The arithmetic, per row b (left-padded prompt of ``n_b`` real tokens in ``P`` columns, cache of ``S`` slots):
 
     prefill:   slots 0..P-1 hold the prompt; positions p = cumsum(mask) - 1 (pads masked, position 1)
+               (every layer's keys and values at every position; the last layer's o_proj and MLP at P-1 only)
     step t:    token x_t is written to slot P + t at position n_b + t; it attends to the real prompt slots and
                slots P..P+t (causality by slot, padding by the [B, S] mask, which never changes)
     sampling:  log pi = log_softmax(top_p(logits / temperature)); x = argmax_v (log pi_v - log E_v), E_v ~ Exp(1)
