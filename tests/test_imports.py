@@ -31,3 +31,19 @@ def test_no_pure_core_file_imports_a_heavy_library_even_lazily():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in HEAVY + ("tokenizers",)]
     assert found == []
+
+
+def test_from_kevin_core_import_rollout_gives_the_function_even_after_its_module_was_imported():
+    # importing the submodule kevin.core.rollout first (as the recipes do) bound the module to the package's name
+    code = ("from kevin.core.rollout import rollout as direct\n"
+            "from kevin.core import rollout\n"
+            "import kevin.core\n"
+            "print(callable(rollout), rollout is direct, kevin.core.rollout is direct)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"]
+
+
+def test_from_kevin_core_import_rollout_gives_the_function_on_first_import():
+    code = "from kevin.core import rollout\nprint(callable(rollout), type(rollout).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "function"]
