@@ -44,11 +44,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from kevin.core import report
-from kevin.core.cli import parse_config
+from kevin.core.cli import ConfigError, parse_config
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class Config:
     model: str = "tiny"
     """'tiny' (random 2-layer model for CPU runs), a training run's output_dir or one of its
     checkpoints/step_N directories (train_multiturn.py / train_singleturn.py), or a hub id / from_pretrained dir"""
-    engine: str = "transformers"
-    """generation backend for --model: 'transformers' or 'vllm' (needs vllm installed and a GPU)"""
+    engine: Literal["transformers", "vllm"] = "transformers"
+    """generation backend for --model: 'transformers' or 'vllm' (needs vllm installed and a GPU; not with --model tiny)"""
     api_model: str | None = None
     """evaluate an API model instead of --model, through an OpenAI-compatible endpoint"""
     api_base_url: str | None = None
@@ -141,6 +142,8 @@ def build_policy(cfg: Config):
         return OpenAIPolicy(cfg.api_model, base_url=cfg.api_base_url or "https://api.openai.com/v1",
                             temperature=cfg.temperature, max_tokens=cfg.max_new_tokens)
     if cfg.model == "tiny":
+        if cfg.engine != "transformers":
+            raise ConfigError(f"--engine {cfg.engine} needs a real model; --model tiny runs on transformers")
         from kevin.core.policy.tiny import tiny_policy
 
         return tiny_policy(seed=cfg.seed, **sampling)
@@ -246,4 +249,7 @@ def main(argv: list[str]) -> Path:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except ConfigError as exc:  # a mistyped option: say so, without a traceback
+        raise SystemExit(f"{Path(__file__).name}: {exc}") from None

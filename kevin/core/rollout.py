@@ -76,7 +76,7 @@ def rollout(
     *,
     n_trajectories: int = 16,
     n_turns: int = 4,
-    backend: str = "cuda",
+    backend: str | None = None,
     max_prompt_tokens: int | None = None,
     build_messages: Callable[..., list[dict]] | None = None,
     parse_response: Callable[[str], Any] | None = None,
@@ -90,7 +90,8 @@ def rollout(
         sandbox: anything with ``evaluate_many(jobs: list[tuple[Task, str]]) -> list[EvalResult]``
             (:class:`kevin.sandbox.Sandbox`).
         n_trajectories, n_turns: G and T (paper: 16 x 4 in training, 16 x 8 at test time).
-        backend: "cuda" or "cpu", passed to ``build_messages`` (instructions and example).
+        backend: "cuda" or "cpu", passed to ``build_messages`` (instructions and example). None (default): the
+            sandbox's ``backend`` ("cuda" for a sandbox without one); one that differs from the sandbox's is an error.
         max_prompt_tokens: prompt budget; earliest attempts are dropped first (counted with
             ``policy.count_tokens``). None: no budget.
         build_messages: ``(task, attempts, *, backend, max_prompt_tokens, count_tokens) -> messages``;
@@ -98,7 +99,8 @@ def rollout(
             loop in a synthetic environment.
         parse_response: ``text -> object with thought, code, summary, error``; default
             :func:`kevin.data.parse.parse_response`.
-        progress: show a tqdm bar over turns (a log line per turn is written either way).
+        progress: show a tqdm bar over turns, with the stage of the current one (a log line per turn goes to the
+            ``kevin.core.rollout`` logger either way). Without tqdm installed, no bar.
 
     Returns B*G trajectories (task-major), each with T turns.
     """
@@ -109,19 +111,28 @@ def rollout(
     from kevin.data.prompts import Attempt
 
     tasks = list(tasks)
-    if not tasks:
-        return []
     if n_trajectories < 1 or n_turns < 1:
         raise ValueError(f"need n_trajectories >= 1 and n_turns >= 1, got {n_trajectories}, {n_turns}")
+    own = getattr(sandbox, "backend", None)
+    if backend is None:
+        backend = own or "cuda"
+    elif own is not None and backend != own:
+        raise ValueError(f"backend={backend!r} but the sandbox judges {own!r} kernels: the prompts would ask for the "
+                         "wrong kind (leave backend unset to follow the sandbox)")
+    if not tasks:
+        return []
     slots = [(b, g) for b in range(len(tasks)) for g in range(n_trajectories)]  # task-major, [B*G]
     history: list[list[Turn]] = [[] for _ in slots]
     count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)}x{n_trajectories}", unit="turn")
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # (tqdm comes with the [train] extra)
+            logger.info("no progress bar: tqdm is not installed")
+        else:
+            bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories", unit="turn")
     try:
         for t in range(n_turns):
             conversations = [
@@ -135,6 +146,8 @@ def rollout(
                 for k, (b, _) in enumerate(slots)
             ]
 
+            if bar is not None:
+                bar.set_postfix_str(f"turn {t + 1}: generating {len(conversations)} responses")
             start = time.perf_counter()
             generations = policy.generate(conversations)
             gen_s = time.perf_counter() - start
@@ -153,6 +166,8 @@ def rollout(
                     jobs.append((tasks[slots[k][0]], p.code))
                     job_slots.append(k)
 
+            if bar is not None:
+                bar.set_postfix_str(f"turn {t + 1}: evaluating {len(jobs)} kernels")
             start = time.perf_counter()
             verdicts = sandbox.evaluate_many(jobs) if jobs else []
             eval_s = time.perf_counter() - start

@@ -197,7 +197,8 @@ def test_vllm_policy_without_vllm_says_how_to_install_it(monkeypatch):
 
 
 class _Server:
-    """A local chat-completions server; ``plan`` is a list of (status, body) replies, then 200s forever."""
+    """A local chat-completions server; ``plan`` is a list of (status, body[, headers]) replies (a bytes body is sent
+    as it is), then 200s forever."""
 
     def __init__(self, plan=(), finish_reason="stop", reasoning=None):
         self.plan = list(plan)
@@ -209,17 +210,21 @@ class _Server:
                 n = int(self.headers["Content-Length"])
                 body = json.loads(self.rfile.read(n))
                 outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                headers = {}
                 if outer.plan:
-                    status, payload = outer.plan.pop(0)
+                    status, payload, *more = outer.plan.pop(0)
+                    headers = more[0] if more else {}
                 else:
                     last = body["messages"][-1]["content"]
                     message = {"role": "assistant", "content": f"echo: {last}"}
                     if reasoning is not None:
                         message["reasoning_content"] = reasoning
                     status, payload = 200, {"choices": [{"message": message, "finish_reason": finish_reason}]}
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for key, value in headers.items():
+                    self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -289,6 +294,68 @@ def test_openai_policy_marks_a_length_cut_reply_truncated_and_restores_reasoning
         g = OpenAIPolicy("m", base_url=server.base_url).generate([[{"role": "user", "content": "z"}]])[0]
     assert g.truncated
     assert g.text == "<think>\nOkay, tile it.\n</think>\necho: z"
+
+
+def test_openai_policy_sends_a_reasoning_model_max_completion_tokens_and_no_temperature():
+    with _Server() as server:
+        OpenAIPolicy("o4-mini", base_url=server.base_url, max_tokens=9).generate([[{"role": "user", "content": "a"}]])
+    body = server.requests[0]["body"]
+    assert body["max_completion_tokens"] == 9
+    assert "max_tokens" not in body and "temperature" not in body and "top_p" not in body
+
+
+def test_openai_policy_sends_other_models_max_tokens_and_the_temperature():
+    with _Server() as server:
+        OpenAIPolicy("gpt-4o", base_url=server.base_url, max_new_tokens=9, temperature=0.5, top_p=0.9).generate(
+            [[{"role": "user", "content": "a"}]])
+    body = server.requests[0]["body"]
+    assert (body["max_tokens"], body["temperature"], body["top_p"]) == (9, 0.5, 0.9)
+    assert "max_completion_tokens" not in body
+
+
+def test_openai_policy_rejects_a_base_url_without_a_scheme():
+    with pytest.raises(ValueError, match="http:// or https://"):
+        OpenAIPolicy("m", base_url="localhost:8000/v1")
+
+
+def test_openai_policy_retries_a_reply_that_is_not_json():
+    with _Server(plan=[(200, b"<html>502 Bad Gateway</html>")]) as server:
+        g = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01).generate([[{"role": "user", "content": "x"}]])[0]
+    assert g.text == "echo: x" and len(server.requests) == 2
+
+
+def test_openai_policy_says_what_the_last_reply_was_when_it_never_is_json():
+    with _Server(plan=[(200, b"<html>oops</html>")] * 2) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01, max_retries=1)
+        with pytest.raises(OpenAIError, match="not JSON.*oops"):
+            policy.generate([[{"role": "user", "content": "x"}]])
+
+
+def test_openai_policy_turns_a_prompt_longer_than_the_context_into_an_empty_truncated_response():
+    too_long = (400, {"error": {"code": "context_length_exceeded", "message": "maximum context length is 8 tokens"}})
+    with _Server(plan=[too_long]) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, concurrency=1)
+        gens = policy.generate([[{"role": "user", "content": "long"}], [{"role": "user", "content": "b"}]])
+    assert (gens[0].text, gens[0].truncated) == ("", True)  # that turn scores 0; its trajectory goes on
+    assert gens[1].text == "echo: b"
+
+
+def test_openai_policy_raises_when_every_prompt_is_longer_than_the_context():
+    too_long = (400, {"error": {"code": "context_length_exceeded", "message": "maximum context length is 8 tokens"}})
+    with _Server(plan=[too_long] * 2) as server:
+        policy = OpenAIPolicy("m", base_url=server.base_url, concurrency=1)
+        with pytest.raises(OpenAIError, match="every prompt of the batch"):
+            policy.generate([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]])
+
+
+def test_openai_policy_waits_at_most_max_retry_after_s(monkeypatch):
+    from kevin.core import policy as policy_module
+
+    waits = []
+    monkeypatch.setattr(policy_module.time, "sleep", waits.append)
+    with _Server(plan=[(429, {"error": "slow down"}, {"Retry-After": "86400"})]) as server:
+        OpenAIPolicy("m", base_url=server.base_url).generate([[{"role": "user", "content": "x"}]])
+    assert waits == [policy_module.MAX_RETRY_AFTER_S]
 
 
 def test_openai_policy_times_out_and_retries_on_an_unreachable_server():

@@ -168,6 +168,39 @@ def test_invalid_counts_are_rejected():
         _run(ScriptedPolicy(["x"]), g=0, t=1)
 
 
+def test_invalid_counts_are_rejected_even_without_tasks():
+    with pytest.raises(ValueError, match="n_turns >= 1"):
+        rollout(ScriptedPolicy(["x"]), [], VerdictSandbox(_incorrect), n_trajectories=1, n_turns=0, progress=False)
+
+
+def _backend_of_the_prompt(sandbox_backend, **kw):
+    sandbox = VerdictSandbox(_incorrect)
+    if sandbox_backend is not None:
+        sandbox.backend = sandbox_backend
+    seen = []
+
+    def build(task, attempts, *, backend, **rest):
+        seen.append(backend)
+        return [{"role": "user", "content": "write a kernel"}]
+
+    rollout(ScriptedPolicy(["x"]), _tasks(1), sandbox, n_trajectories=1, n_turns=1, build_messages=build,
+            progress=False, **kw)
+    return seen
+
+
+def test_the_prompts_backend_follows_the_sandboxs_when_unset():
+    assert _backend_of_the_prompt("cpu") == ["cpu"]
+
+
+def test_the_prompts_backend_is_cuda_for_a_sandbox_that_names_none():
+    assert _backend_of_the_prompt(None) == ["cuda"]
+
+
+def test_a_backend_that_differs_from_the_sandboxs_is_an_error():
+    with pytest.raises(ValueError, match="sandbox judges 'cpu'"):
+        _backend_of_the_prompt("cpu", backend="cuda")
+
+
 def test_a_custom_environment_can_replace_prompts_and_parser():
     seen = []
 
