@@ -26,12 +26,23 @@ def _open(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def save_rollout(trajectories: Iterable[Trajectory], path: str | os.PathLike, *, append: bool = False) -> Path:
-    """Write one JSON line per trajectory to ``path`` (parents created); ``append`` adds to an existing file.
-
-    Written to a temporary file and renamed unless appending, so a crash never leaves half a file.
-    """
+def _checked(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, when its name ends in ``.jsonl`` or ``.jsonl.gz`` (the one format written here)."""
     path = Path(path)
+    if not path.name.endswith((".jsonl", ".jsonl.gz")):
+        raise ValueError(f"{path}: a rollout file is JSONL, so its name ends in .jsonl or .jsonl.gz "
+                         f"(not {''.join(path.suffixes) or 'nothing'})")
+    return path
+
+
+def save_rollout(trajectories: Iterable[Trajectory], path: str | os.PathLike, *, append: bool = False) -> Path:
+    """Write one JSON line per trajectory to ``path`` (``*.jsonl`` or ``*.jsonl.gz``; parents created); ``append``
+    adds to an existing file.
+
+    Written to a temporary file and renamed unless appending, so a crash never leaves half a file (nor the
+    temporary one).
+    """
+    path = _checked(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if append:
         with _open(path, "a") as f:
@@ -39,17 +50,35 @@ def save_rollout(trajectories: Iterable[Trajectory], path: str | os.PathLike, *,
                 f.write(json.dumps(traj.to_dict(), allow_nan=True) + "\n")
         return path
     tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    with _open(tmp, "w") as f:
-        for traj in trajectories:
-            f.write(json.dumps(traj.to_dict(), allow_nan=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        with _open(tmp, "w") as f:
+            for traj in trajectories:
+                f.write(json.dumps(traj.to_dict(), allow_nan=True) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def load_rollout(path: str | os.PathLike) -> list[Trajectory]:
-    """Read a file written by :func:`save_rollout` (blank lines skipped)."""
-    with _open(Path(path), "r") as f:
-        return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+    """Read a file written by :func:`save_rollout` (blank lines skipped). A line that is not a trajectory is a
+    ValueError that names the file and the line."""
+    path = _checked(path)
+    out = []
+    with _open(path, "r") as f:
+        try:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(Trajectory.from_dict(json.loads(line)))
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    what = f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+                    raise ValueError(f"{path}, line {number}: not a saved trajectory ({what})") from e
+        except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+            raise ValueError(f"{path}: not a {'gzip-compressed ' if path.suffix == '.gz' else ''}JSONL rollout file "
+                             f"({type(e).__name__}: {e})") from e
+    return out
 
 
 def turn_scores(

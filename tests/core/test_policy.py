@@ -97,6 +97,16 @@ def test_unknown_mode_and_non_positive_temperature_are_rejected(tok, model):
         TransformersPolicy(model, tok, temperature=0.0)
 
 
+def test_a_zero_response_budget_is_rejected_when_the_policy_is_made(tok, model):
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        TransformersPolicy(model, tok, max_new_tokens=0)
+
+
+def test_a_zero_batch_size_is_rejected_not_taken_for_all_at_once(tok, model):
+    with pytest.raises(ValueError, match="batch_size must be >= 1 or None"):
+        TransformersPolicy(model, tok, batch_size=0)
+
+
 @pytest.mark.parametrize("mode", ["generate", "static"])
 def test_sampling_logprobs_equal_teacher_forced_logprobs_of_the_tempered_nucleus(tok, model, mode):
     # Three prompts of different lengths share one left-padded batch; the reference runs each unpadded.
@@ -185,6 +195,12 @@ def test_count_tokens_counts_tokenizer_ids(tok, model):
 
 
 # --- vLLM ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_policy_checks_its_sampling_settings_before_loading_anything(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ValueError, match="max_new_tokens >= 1"):
+        VLLMPolicy("any/model", max_new_tokens=0)
 
 
 def test_vllm_policy_without_vllm_says_how_to_install_it(monkeypatch):

@@ -61,6 +61,50 @@ def test_one_line_per_trajectory(tmp_path):
     assert len(path.read_text().splitlines()) == 2
 
 
+def test_a_path_of_another_format_is_refused_rather_than_written_as_jsonl(tmp_path):
+    with pytest.raises(ValueError, match=r"ends in \.jsonl or \.jsonl\.gz \(not \.parquet\)"):
+        save_rollout(_rollout(), tmp_path / "r.parquet")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_truncated_last_line_names_the_file_and_the_line(tmp_path):
+    path = save_rollout(_rollout(), tmp_path / "r.jsonl")
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # the second trajectory cut short
+    with pytest.raises(ValueError, match=r"r\.jsonl, line 2: not a saved trajectory"):
+        load_rollout(path)
+
+
+def test_a_line_without_a_field_names_the_field(tmp_path):
+    import json
+
+    path = tmp_path / "r.jsonl"
+    row = _rollout()[0].to_dict()
+    del row["turns"][0]["response_ids"]
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="line 1: not a saved trajectory \\(missing field 'response_ids'\\)"):
+        load_rollout(path)
+
+
+def test_a_gzip_file_without_the_gz_suffix_is_a_clear_error(tmp_path):
+    import gzip
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(gzip.compress(b'{"a": 1}\n'))
+    with pytest.raises(ValueError, match="not a JSONL rollout file"):
+        load_rollout(path)
+
+
+def test_a_failed_save_leaves_no_temporary_file(tmp_path):
+    def broken():
+        yield _rollout()[0]
+        raise RuntimeError("the rollout broke")
+
+    with pytest.raises(RuntimeError, match="broke"):
+        save_rollout(broken(), tmp_path / "r.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_rescore_uses_the_stored_verdicts():
     # trajectory 0: scores [0, 0.3 + 2.0] = [0, 2.3]; sum, gamma 0.4: [0 + 0.4 * 2.3, 2.3] = [0.92, 2.3]
     # trajectory 1: scores [0.3 + 0.5, 0.3 (untimed: correctness only)] = [0.8, 0.3]; [0.8 + 0.12, 0.3]

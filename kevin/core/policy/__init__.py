@@ -257,6 +257,10 @@ class TransformersPolicy:
             raise ValueError("temperature must be > 0 (sampling); greedy decoding is not a policy for RL")
         if not 0 < top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1 or None (all at once), got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = int(max_new_tokens)
@@ -509,6 +513,9 @@ class VLLMPolicy:
         chat_template_kwargs: dict[str, Any] | None = None,
         **llm_kwargs: Any,
     ) -> None:
+        if temperature <= 0 or not 0 < top_p <= 1 or int(max_new_tokens) < 1:
+            raise ValueError(f"need temperature > 0, top_p in (0, 1] and max_new_tokens >= 1, got {temperature}, "
+                             f"{top_p}, {max_new_tokens}")
         try:
             import vllm
         except ImportError as e:
