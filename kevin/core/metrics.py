@@ -370,6 +370,10 @@ def metrics_dict(
     """
     if not trajectories:
         return {}
+    longest = max(len(tr.turns) for tr in trajectories)
+    bad = [t for t in turn_budgets if not 1 <= t <= longest]
+    if bad:
+        raise ValueError(f"turn budgets {bad} outside 1..{longest}, the turns these trajectories have")
     out: dict[str, float] = {}
     for m in turn_metrics(trajectories, opener=opener, ngram=ngram):
         out.update(_turn_entries(f"turn{m.turn_index + 1}", m))

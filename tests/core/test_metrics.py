@@ -229,3 +229,9 @@ def test_metrics_dict_defaults_k_to_the_smallest_group_and_is_empty_without_traj
     trs = three_trajectories("a") + three_trajectories("b")[:2]
     assert "tasks/correct/best@2" in metrics_dict(trs)
     assert metrics_dict([]) == {}
+
+
+def test_metrics_dict_rejects_a_turn_budget_beyond_the_trajectories_turns():
+    trs = three_trajectories("a")  # two turns each
+    with pytest.raises(ValueError, match=r"turn budgets \[5\] outside 1..2"):
+        metrics_dict(trs, turn_budgets=(1, 5))
