@@ -137,6 +137,8 @@ def build_policy(cfg: Config):
     """The policy backend that --model / --api_model name."""
     sampling = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     if cfg.api_model:
+        if cfg.engine != "transformers":
+            raise ConfigError(f"--engine {cfg.engine} is for --model; --api_model goes through its endpoint")
         from kevin.core.policy import OpenAIPolicy
 
         return OpenAIPolicy(cfg.api_model, base_url=cfg.api_base_url or "https://api.openai.com/v1",

@@ -206,3 +206,22 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
     assert budget[0]["correct/best@k"] == 0.0 and budget[0]["compute/generated_tokens"] == 0
     text = (out / "report.md").read_text()
     assert "Evaluation of served-model" in text and "no token ids" in text
+
+
+def _refused(*args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr  # one line, not a traceback
+    return proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--engine", "vlm"), "--engine: 'vlm' is not one of ['transformers', 'vllm']"),
+    (("--engine", "vllm"), "--engine vllm needs a real model"),
+    (("--api_model", "o4-mini", "--engine", "vllm"), "--engine vllm is for --model"),
+    (("--n_turns", "3"), "unknown option --n_turns"),
+])
+def test_a_wrong_option_is_one_line_naming_it(args, message):
+    assert message in _refused(*args)
