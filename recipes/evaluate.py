@@ -220,8 +220,14 @@ def main(argv: list[str]) -> Path:
         for m, n in pairs:
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
-            trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
-                                   backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens)
+            try:
+                trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
+                                       backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens)
+            except BaseException as exc:  # keep the finished turns (MxN.partial.jsonl: --from_rollouts skips it)
+                if getattr(exc, "trajectories", None):
+                    path = save_rollout(exc.trajectories, rollout_dir / f"{m}x{n}.partial.jsonl")
+                    print(f"{m}x{n} stopped after {len(exc.trajectories[0].turns)} of {n} turns; those are in {path}")
+                raise
             save_rollout(trajectories, rollout_dir / f"{m}x{n}.jsonl")
             rollouts[f"{m}x{n}"] = trajectories
             print(f"{m}x{n}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")

@@ -102,7 +102,8 @@ def rollout(
         progress: show a tqdm bar over turns, with the stage of the current one (a log line per turn goes to the
             ``kevin.core.rollout`` logger either way). Without tqdm installed, no bar.
 
-    Returns B*G trajectories (task-major), each with T turns.
+    Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
+    (a policy's server gone, an interrupt) carries them as its ``trajectories``: B*G trajectories of those turns.
     """
     if build_messages is None:
         from kevin.data.prompts import build_messages
@@ -216,10 +217,20 @@ def rollout(
             if bar is not None:
                 bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
                 bar.update(1)
+    except BaseException as exc:  # nothing finished is lost: the turns done so far ride on the exception
+        if history[0]:
+            exc.trajectories = _trajectories(tasks, slots, history)
+            if hasattr(exc, "add_note"):  # (Python 3.11+)
+                exc.add_note(f"rollout: the {len(history[0])} turns finished before this are in the exception's "
+                             f".trajectories")
+        raise
     finally:
         if bar is not None:
             bar.close()
+    return _trajectories(tasks, slots, history)
 
+
+def _trajectories(tasks: Sequence[Any], slots: list[tuple[int, int]], history: list[list[Turn]]) -> list[Trajectory]:
     return [
         Trajectory(task_id=tasks[b].task_id, task_index=b, trajectory_index=g, turns=tuple(history[k]))
         for k, (b, g) in enumerate(slots)

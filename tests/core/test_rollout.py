@@ -188,6 +188,39 @@ def _backend_of_the_prompt(sandbox_backend, **kw):
     return seen
 
 
+class _FailsOnCall:
+    """A scripted policy whose ``generate`` raises on call ``n`` (1-based)."""
+
+    def __init__(self, text, n):
+        self.inner, self.n, self.calls = ScriptedPolicy([text] * 8), n, 0
+
+    def count_tokens(self, text):
+        return self.inner.count_tokens(text)
+
+    def generate(self, conversations):
+        self.calls += 1
+        if self.calls == self.n:
+            raise ConnectionError("the server went away")
+        return self.inner.generate(conversations)
+
+
+def test_an_exception_after_some_turns_carries_the_turns_finished():
+    policy = _FailsOnCall(response("think", CODE.format(i=1), "sum"), n=3)
+    with pytest.raises(ConnectionError) as info:
+        _run(policy, n_tasks=2, g=2, t=4)
+    partial = info.value.trajectories
+    assert len(partial) == 4  # B * G = 2 * 2, task-major
+    assert [len(tr.turns) for tr in partial] == [2, 2, 2, 2]  # turns 1 and 2 finished, turn 3 failed
+    assert [(tr.task_id, tr.trajectory_index) for tr in partial] == [("t0", 0), ("t0", 1), ("t1", 0), ("t1", 1)]
+
+
+def test_an_exception_in_the_first_turn_carries_nothing():
+    policy = _FailsOnCall("x", n=1)
+    with pytest.raises(ConnectionError) as info:
+        _run(policy, g=1, t=2)
+    assert not hasattr(info.value, "trajectories")
+
+
 def test_the_prompts_backend_follows_the_sandboxs_when_unset():
     assert _backend_of_the_prompt("cpu") == ["cpu"]
 

@@ -225,3 +225,45 @@ def _refused(*args: str) -> str:
 ])
 def test_a_wrong_option_is_one_line_naming_it(args, message):
     assert message in _refused(*args)
+
+
+def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    served = []
+
+    class FailsAfterTwo(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            self.rfile.read(int(self.headers["Content-Length"]))
+            served.append(1)
+            ok = len(served) <= 2  # turn 1 (2 trajectories) answered; turn 2 refused for good
+            reply = ({"choices": [{"message": {"content": "no kernel"}, "finish_reason": "stop"}]} if ok
+                     else {"error": {"message": "key revoked"}})
+            data = json.dumps(reply).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FailsAfterTwo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "eval"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(RECIPE), "--api_model", "served-model", "--api_base_url",
+             f"http://127.0.0.1:{server.server_port}/v1", "--output_dir", str(out), "--configs", "2x2",
+             "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        server.shutdown()
+    assert proc.returncode != 0 and "key revoked" in proc.stderr
+    partial = read_jsonl(out / "rollouts" / "2x2.partial.jsonl")
+    assert [len(row["turns"]) for row in partial] == [1, 1]  # turn 1 of both trajectories, kept
+    assert not (out / "rollouts" / "2x2.jsonl").exists()
