@@ -1,6 +1,8 @@
 """recipes/evaluate.py end to end in a subprocess: a tiny live run on the CPU, and a re-report of
 synthetic saved rollouts whose numbers are computed by hand."""
 
+import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -18,14 +20,53 @@ RECIPE = ROOT / "recipes" / "evaluate.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def _recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg",
            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = _recipe(*args, timeout=timeout)
     assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
+
+
+@contextlib.contextmanager
+def _chat_server(answer):
+    """A local chat-completions endpoint on 127.0.0.1; ``answer(body, n) -> (status, payload)`` for the n-th request
+    (1-based). Yields its base URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    count = itertools.count(1)
+
+    class ChatCompletions(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, payload = answer(body, next(count))
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+
+
+def _reply(text):
+    return {"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -168,35 +209,12 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
 
 @pytest.mark.timeout(120)
 def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_path):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     requests = []
-
-    class ChatCompletions(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server API
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            requests.append(body)
-            reply = {"choices": [{"message": {"content": "I cannot write this kernel."}, "finish_reason": "stop"}]}
-            data = json.dumps(reply).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = tmp_path / "eval"
-        run_recipe("--api_model", "served-model", "--api_base_url", f"http://127.0.0.1:{server.server_port}/v1",
+    out = tmp_path / "eval"
+    with _chat_server(lambda body, n: requests.append(body) or (200, _reply("I cannot write this kernel."))) as url:
+        run_recipe("--api_model", "served-model", "--api_base_url", url,
                    "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
                    "--n_bootstrap", "50", "--device", "cpu")
-    finally:
-        server.shutdown()
     assert len(requests) == 4  # 1 task x 2 trajectories x 2 turns
     assert {r["model"] for r in requests} == {"served-model"} and requests[0]["max_tokens"] == 100
     turns = [t for line in (out / "rollouts" / "2x2.jsonl").read_text().splitlines()
@@ -209,9 +227,7 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
 
 
 def _refused(*args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = _recipe(*args, timeout=120)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr  # one line, not a traceback
     return proc.stderr.strip().splitlines()[-1]
@@ -228,41 +244,13 @@ def test_a_wrong_option_is_one_line_naming_it(args, message):
 
 
 def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def answer(body, n):  # turn 1 (2 trajectories) answered; turn 2 refused for good
+        return (200, _reply("no kernel")) if n <= 2 else (401, {"error": {"message": "key revoked"}})
 
-    served = []
-
-    class FailsAfterTwo(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server API
-            self.rfile.read(int(self.headers["Content-Length"]))
-            served.append(1)
-            ok = len(served) <= 2  # turn 1 (2 trajectories) answered; turn 2 refused for good
-            reply = ({"choices": [{"message": {"content": "no kernel"}, "finish_reason": "stop"}]} if ok
-                     else {"error": {"message": "key revoked"}})
-            data = json.dumps(reply).encode()
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FailsAfterTwo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     out = tmp_path / "eval"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(RECIPE), "--api_model", "served-model", "--api_base_url",
-             f"http://127.0.0.1:{server.server_port}/v1", "--output_dir", str(out), "--configs", "2x2",
-             "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    finally:
-        server.shutdown()
+    with _chat_server(answer) as url:
+        proc = _recipe("--api_model", "served-model", "--api_base_url", url, "--output_dir", str(out),
+                       "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu")
     assert proc.returncode != 0 and "key revoked" in proc.stderr
     partial = read_jsonl(out / "rollouts" / "2x2.partial.jsonl")
     assert [len(row["turns"]) for row in partial] == [1, 1]  # turn 1 of both trajectories, kept
