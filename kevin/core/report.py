@@ -392,7 +392,7 @@ def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRo
                                   f"{c.generated_tokens / max(c.kernels, 1):.0f}"]
                                  for r in budget_rows for c in [r.compute]])
         if any(r.compute.kernels and not r.compute.generated_tokens for r in budget_rows):
-            lines += ["", "Token counts of 0 mean the backend reported no token ids (API models)."]
+            lines += ["", "Token counts of 0 mean the backend reported neither token ids nor usage counts."]
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]

@@ -177,7 +177,8 @@ def rollout(
             for k, v in zip(job_slots, verdicts):
                 results[k] = v
 
-            gen_costs = share(gen_s, [len(g.token_ids) or len(g.text) for g in generations])
+            gen_costs = share(gen_s, [len(g.token_ids) or g.reported_generated_tokens or len(g.text)
+                                      for g in generations])
             eval_costs = [0.0] * len(slots)
             for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
                 eval_costs[k] = c
@@ -197,11 +198,13 @@ def rollout(
                         truncated=g.truncated,
                         generation_s=gen_costs[k],
                         evaluation_s=eval_costs[k],
+                        reported_prompt_tokens=g.reported_prompt_tokens,
+                        reported_generated_tokens=g.reported_generated_tokens,
                     )
                 )
 
             statuses = Counter(r.status for r in results if r is not None)
-            mean_tokens = sum(len(g.token_ids) for g in generations) / len(generations)
+            mean_tokens = sum(history[k][-1].generated_tokens for k in range(len(slots))) / len(generations)
             logger.info(
                 "turn %d/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels evaluated in %.1fs; %s",
                 t + 1,

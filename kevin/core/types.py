@@ -22,6 +22,10 @@ from typing import Any
 from kevin.sandbox.result import EvalResult
 
 
+def _optional_int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 @dataclass(frozen=True)
 class Turn:
     """One refinement turn of one trajectory, kept exactly as it happened.
@@ -30,7 +34,9 @@ class Turn:
     re-tokenized). ``response_logprobs`` are the sampling log-probs of ``response_ids`` when the backend
     reports them, else None. ``truncated`` is True when generation hit the token limit. ``result`` is the
     sandbox verdict (a parse failure is a ``format_error`` result). Costs: seconds of generation and of
-    evaluation attributed to this turn.
+    evaluation attributed to this turn, and the token counts a backend without token ids reported
+    (``reported_prompt_tokens``, ``reported_generated_tokens``: an API's ``usage``), which
+    ``prompt_tokens`` and ``generated_tokens`` fall back to.
     """
 
     prompt_ids: tuple[int, ...]
@@ -44,14 +50,18 @@ class Turn:
     truncated: bool = False
     generation_s: float = 0.0
     evaluation_s: float = 0.0
+    reported_prompt_tokens: int | None = None
+    reported_generated_tokens: int | None = None
 
     @property
     def prompt_tokens(self) -> int:
-        return len(self.prompt_ids)
+        """len(prompt_ids), or the backend's reported count when it gave no ids."""
+        return len(self.prompt_ids) or (self.reported_prompt_tokens or 0)
 
     @property
     def generated_tokens(self) -> int:
-        return len(self.response_ids)
+        """len(response_ids), or the backend's reported count when it gave no ids."""
+        return len(self.response_ids) or (self.reported_generated_tokens or 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +76,8 @@ class Turn:
             "truncated": self.truncated,
             "generation_s": self.generation_s,
             "evaluation_s": self.evaluation_s,
+            "reported_prompt_tokens": self.reported_prompt_tokens,
+            "reported_generated_tokens": self.reported_generated_tokens,
         }
 
     @classmethod
@@ -83,6 +95,8 @@ class Turn:
             truncated=bool(d.get("truncated", False)),
             generation_s=float(d.get("generation_s", 0.0)),
             evaluation_s=float(d.get("evaluation_s", 0.0)),
+            reported_prompt_tokens=_optional_int(d.get("reported_prompt_tokens")),
+            reported_generated_tokens=_optional_int(d.get("reported_generated_tokens")),
         )
 
 

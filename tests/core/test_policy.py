@@ -275,6 +275,23 @@ def test_openai_policy_returns_the_completion_text_in_order_without_token_ids():
     assert req["body"]["model"] == "m" and req["body"]["max_tokens"] == 7
 
 
+def test_openai_policy_keeps_the_replys_usage_token_counts():
+    reply = {"choices": [{"message": {"content": "k"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 120, "completion_tokens": 37, "total_tokens": 157}}
+    with _Server(plan=[(200, reply)]) as server:
+        g = OpenAIPolicy("m", base_url=server.base_url).generate([[{"role": "user", "content": "x"}]])[0]
+    assert (g.reported_prompt_tokens, g.reported_generated_tokens) == (120, 37)
+
+
+def test_openai_policy_ignores_absent_or_malformed_usage():
+    bad = {"choices": [{"message": {"content": "k"}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": "many", "completion_tokens": -3}}
+    with _Server(plan=[(200, bad)]) as server:  # then the default reply, which has no usage at all
+        policy = OpenAIPolicy("m", base_url=server.base_url, concurrency=1)
+        gens = policy.generate([[{"role": "user", "content": "x"}], [{"role": "user", "content": "y"}]])
+    assert [(g.reported_prompt_tokens, g.reported_generated_tokens) for g in gens] == [(None, None), (None, None)]
+
+
 def test_openai_policy_retries_a_server_error_then_succeeds():
     with _Server(plan=[(500, {"error": "boom"})]) as server:
         policy = OpenAIPolicy("m", base_url=server.base_url, backoff_s=0.01, max_retries=2)

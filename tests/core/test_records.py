@@ -42,6 +42,15 @@ def test_saved_rollout_loads_back_equal(tmp_path):
     assert load_rollout(path) == trajs
 
 
+def test_reported_token_counts_load_back_and_old_records_without_them_load_as_none(tmp_path):
+    api = Turn((), (), "text", FAST, reported_prompt_tokens=120, reported_generated_tokens=37)
+    path = save_rollout([Trajectory("a", 0, 0, (api,))], tmp_path / "api.jsonl")
+    assert load_rollout(path)[0].turns[0] == api
+    old = api.to_dict()
+    del old["reported_prompt_tokens"], old["reported_generated_tokens"]  # a record written before the fields
+    assert Turn.from_dict(old).reported_generated_tokens is None
+
+
 def test_gzip_path_is_compressed_and_loads_back_equal(tmp_path):
     path = save_rollout(_rollout(), tmp_path / "r.jsonl.gz")
     assert path.read_bytes()[:2] == b"\x1f\x8b"  # gzip magic

@@ -158,6 +158,12 @@ def test_compute_is_summed_over_every_turn_of_every_trajectory():
     assert compute_used(trajs, turns=1) == Compute(2, 22, 9, 2.5, 1.0)
 
 
+def test_compute_counts_the_tokens_an_api_reported_when_it_gave_no_ids():
+    api = Turn((), (), "", EvalResult("incorrect", "x"), reported_prompt_tokens=120, reported_generated_tokens=37)
+    # one turn, no ids: its usage counts, 120 prompt and 37 generated tokens
+    assert compute_used([_traj(0, 0, [api])]) == Compute(1, 120, 37, 0.0, 0.0)
+
+
 def test_budget_rows_carry_the_compute_of_their_own_rollout():
     serial, parallel = _budget_rollouts()
     rows = equal_budget_table([serial, parallel], n_resamples=50)
@@ -216,4 +222,4 @@ def test_markdown_report_notes_rollouts_over_different_task_sets_and_missing_tok
                       tuple(Turn((), (), "", u.result) for u in t.turns)) for t in parallel[:4]]
     text = markdown_report([], equal_budget_table([serial, api], n_resamples=50))
     assert "different numbers of tasks ([1, 2])" in text
-    assert "no token ids" in text
+    assert "neither token ids nor usage counts" in text

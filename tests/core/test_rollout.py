@@ -3,6 +3,7 @@ import time
 import pytest
 from core_fakes import ScriptedPolicy, VerdictSandbox, char_ids, response
 
+from kevin.core.policy import Generation
 from kevin.core.rollout import TRUNCATED_FEEDBACK, format_error_result, rollout, share
 from kevin.core.split import split_trajectories
 from kevin.data.task import Task
@@ -155,6 +156,20 @@ def test_generation_seconds_are_shared_by_tokens_and_evaluation_seconds_evenly()
     assert a.generation_s + b.generation_s >= 0.05
     assert a.generation_s / b.generation_s == pytest.approx(len(short) / len(long))
     assert a.evaluation_s == pytest.approx(b.evaluation_s)
+
+
+def test_an_api_policys_reported_token_counts_reach_the_turn_and_share_its_seconds():
+    class ApiPolicy(ScriptedPolicy):  # no token ids, as OpenAIPolicy; usage counts 30 and 10 generated tokens
+        def generate(self, conversations):
+            time.sleep(0.05)
+            gens = super().generate(conversations)
+            return [Generation((), (), None, g.text, False, reported_prompt_tokens=500,
+                               reported_generated_tokens=30 if i == 0 else 10) for i, g in enumerate(gens)]
+
+    trajs, _ = _run(ApiPolicy([response("a", CODE.format(i=0), "s")]), g=2, t=1)
+    a, b = trajs[0].turns[0], trajs[1].turns[0]
+    assert (a.prompt_tokens, a.generated_tokens, b.generated_tokens) == (500, 30, 10)
+    assert a.generation_s / b.generation_s == pytest.approx(30 / 10)  # shared by the reported counts
 
 
 def test_share_splits_in_proportion():

@@ -211,7 +211,8 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
 def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_path):
     requests = []
     out = tmp_path / "eval"
-    with _chat_server(lambda body, n: requests.append(body) or (200, _reply("I cannot write this kernel."))) as url:
+    reply = {**_reply("I cannot write this kernel."), "usage": {"prompt_tokens": 50, "completion_tokens": 7}}
+    with _chat_server(lambda body, n: requests.append(body) or (200, reply)) as url:
         run_recipe("--api_model", "served-model", "--api_base_url", url,
                    "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
                    "--n_bootstrap", "50", "--device", "cpu")
@@ -221,9 +222,11 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
              for t in json.loads(line)["turns"]]
     assert [t["result"]["status"] for t in turns] == ["format_error"] * 4
     budget = [r for r in read_jsonl(out / "metrics.jsonl") if r["table"] == "budget"]
-    assert budget[0]["correct/best@k"] == 0.0 and budget[0]["compute/generated_tokens"] == 0
+    assert budget[0]["correct/best@k"] == 0.0
+    # the server's usage counts: 4 turns x 50 prompt and x 7 generated tokens
+    assert (budget[0]["compute/prompt_tokens"], budget[0]["compute/generated_tokens"]) == (200, 28)
     text = (out / "report.md").read_text()
-    assert "Evaluation of served-model" in text and "no token ids" in text
+    assert "Evaluation of served-model" in text and "neither token ids" not in text
 
 
 def _refused(*args: str) -> str:

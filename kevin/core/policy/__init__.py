@@ -63,6 +63,8 @@ class Generation:
     ``token_ids`` are as sampled (never re-tokenized), ending with the stop token when one was emitted;
     ``logprobs`` has one entry per token id, or is None when the backend does not report them; ``text``
     is the decoded response without the stop token; ``truncated`` means max_new_tokens ran out first.
+    ``reported_prompt_tokens`` and ``reported_generated_tokens``: the token counts a backend without token ids
+    reports (an API's ``usage``), else None.
     """
 
     prompt_ids: tuple[int, ...]
@@ -70,6 +72,8 @@ class Generation:
     logprobs: tuple[float, ...] | None
     text: str
     truncated: bool
+    reported_prompt_tokens: int | None = None
+    reported_generated_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
@@ -557,6 +561,11 @@ class VLLMPolicy:
 # OpenAI-compatible HTTP endpoint
 
 
+def _count(x: Any) -> int | None:
+    """A token count from a reply's ``usage``: a non-negative int, else None (absent or malformed)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
 class OpenAIError(RuntimeError):
     """A chat-completions request failed for good (a 4xx, or retries exhausted)."""
 
@@ -596,7 +605,9 @@ class OpenAIPolicy:
     and ``top_p``.
 
     Token ids are not available: ``prompt_ids`` and ``token_ids`` are empty and ``logprobs`` is None, so
-    these generations are for evaluation, not training. A response the server cut at ``max_tokens``
+    these generations are for evaluation, not training. The reply's ``usage`` counts (``prompt_tokens``,
+    ``completion_tokens``, reasoning tokens included) are kept as ``reported_prompt_tokens`` and
+    ``reported_generated_tokens``, for the report's compute table. A response the server cut at ``max_tokens``
     (``finish_reason == "length"``) is ``truncated``. A server's separate reasoning text
     (``reasoning_content``, as vLLM and DeepSeek return it) is put back in front as ``<think>...</think>``.
     ``count_tokens`` is an approximation, ceil(characters / 4) (typical of BPE tokenizers on English and
@@ -687,7 +698,10 @@ class OpenAIPolicy:
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if reasoning:
             text = f"<think>\n{reasoning}\n</think>\n{text}"
-        return Generation((), (), None, text, truncated=choice.get("finish_reason") == "length")
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        return Generation((), (), None, text, truncated=choice.get("finish_reason") == "length",
+                          reported_prompt_tokens=_count(usage.get("prompt_tokens")),
+                          reported_generated_tokens=_count(usage.get("completion_tokens")))
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode()
