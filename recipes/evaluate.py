@@ -49,7 +49,7 @@ from typing import Literal
 import torch
 
 from kevin.core import report
-from kevin.core.cli import ConfigError, parse_config
+from kevin.core.cli import ConfigError, log_to_stderr, parse_config
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,7 @@ def main(argv: list[str]) -> Path:
 
 
 if __name__ == "__main__":
+    log_to_stderr()  # the library's lines: one per rollout turn, warnings
     try:
         main(sys.argv[1:])
     except ConfigError as exc:  # a mistyped option: say so, without a traceback

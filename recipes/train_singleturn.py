@@ -38,7 +38,7 @@ from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
 from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    restore_training_state, rng_state, save_checkpoint, training_state)
-from kevin.core.cli import ConfigError, parse_config
+from kevin.core.cli import ConfigError, log_to_stderr, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
 from kevin.core.policy.models import load_model
@@ -370,6 +370,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    log_to_stderr()  # the library's lines: one per rollout turn, warnings
     try:
         main(sys.argv[1:])
     except ConfigError as exc:  # a mistyped option: say so, without a traceback

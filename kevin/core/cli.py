@@ -26,15 +26,30 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import logging
+import sys
 import textwrap
 import types
 import typing
 from typing import Any, Mapping, Sequence
 
-__all__ = ["ConfigError", "parse_config", "field_docs", "config_help", "parse_value"]
+__all__ = ["ConfigError", "parse_config", "field_docs", "config_help", "parse_value", "log_to_stderr"]
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
+
+
+def log_to_stderr(level: int | str = logging.INFO) -> None:
+    """Show the library's log lines (the ``kevin.*`` loggers: a rollout's line per turn, the policies' and the
+    sandbox's warnings) on stderr at ``level``, for the recipes; other libraries' loggers are left as they are.
+    Calling it again sets the level and adds no second handler."""
+    log = logging.getLogger("kevin")
+    log.setLevel(level)
+    if not any(getattr(h, "_kevin_stderr", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler._kevin_stderr = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
 
 
 class ConfigError(ValueError):

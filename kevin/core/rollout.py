@@ -24,6 +24,7 @@ The output is ordered task-major, then by trajectory index: ``out[b * G + g]`` i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -126,14 +127,17 @@ def rollout(
     history: list[list[Turn]] = [[] for _ in slots]
     count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
 
-    bar = None
+    bar, redirect = None, contextlib.ExitStack()
     if progress:
         try:
             from tqdm.auto import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
         except ImportError:  # (tqdm comes with the [train] extra)
             logger.info("no progress bar: tqdm is not installed")
         else:
             bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories", unit="turn")
+            # the library's log lines printed above the bar, not through it
+            redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
     try:
         for t in range(n_turns):
             conversations = [
@@ -228,6 +232,7 @@ def rollout(
                              f".trajectories")
         raise
     finally:
+        redirect.close()
         if bar is not None:
             bar.close()
     return _trajectories(tasks, slots, history)

@@ -88,3 +88,23 @@ def test_help_exits_cleanly(capsys):
     with pytest.raises(SystemExit) as exc:
         parse_config(Cfg, ["--help"])
     assert exc.value.code == 0 and "--gamma" in capsys.readouterr().out
+
+
+def test_log_to_stderr_shows_the_librarys_info_lines_once_however_often_it_is_called(capfd):
+    import logging
+
+    from kevin.core.cli import log_to_stderr
+
+    log = logging.getLogger("kevin")
+    saved = log.level, list(log.handlers)
+    try:
+        log_to_stderr()
+        log_to_stderr()  # a second call adds no second handler
+        logging.getLogger("kevin.core.rollout").info("turn 1/4: hello")
+        logging.getLogger("other.library").info("not ours")
+        err = capfd.readouterr().err
+    finally:
+        log.setLevel(saved[0])
+        log.handlers[:] = saved[1]
+    assert err.count("kevin.core.rollout: turn 1/4: hello") == 1
+    assert "not ours" not in err

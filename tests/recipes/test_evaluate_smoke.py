@@ -137,8 +137,9 @@ def test_from_rollouts_rereports_saved_rollouts_with_hand_computed_numbers(tmp_p
 @pytest.mark.timeout(240)
 def test_tiny_model_runs_every_configuration_on_the_cpu_and_writes_the_report(tmp_path):
     out = tmp_path / "eval"
-    run_recipe("--output_dir", str(out), "--configs", "1x2,2x1", "--max_tasks", "1", "--max_new_tokens", "8",
-               "--n_bootstrap", "100")
+    proc = run_recipe("--output_dir", str(out), "--configs", "1x2,2x1", "--max_tasks", "1", "--max_new_tokens", "8",
+                      "--n_bootstrap", "100")
+    assert "kevin.core.rollout: turn 2/2: 1 responses" in proc.stderr  # the rollout's line per turn is shown
     for label, (m, n) in {"1x2": (1, 2), "2x1": (2, 1)}.items():
         lines = (out / "rollouts" / f"{label}.jsonl").read_text().splitlines()
         assert len(lines) == m  # one task, m trajectories
