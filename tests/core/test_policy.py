@@ -398,6 +398,16 @@ def test_openai_policy_times_out_and_retries_on_an_unreachable_server():
         policy.generate([[{"role": "user", "content": "x"}]])
 
 
+def test_release_memory_frees_the_static_cache_and_the_next_call_still_samples(tok):
+    model = build_tiny_model(tok, seed=11)
+    policy = TransformersPolicy(model, tok, max_new_tokens=4, mode="static", stop_token_ids=())
+    policy.generate(CONVERSATIONS[:2])
+    # On the CPU only the cache (no compiled step, so no fused weights): 2 layers x (keys + values) x
+    # [8 rows (2 rounded up), 2 KV heads, 1,024 slots (one bucket), 16] x 4 B = 4,194,304 B
+    assert policy.release_memory() == 4_194_304 and "_kevin_static_cache" not in model.__dict__
+    assert [len(g.token_ids) for g in policy.generate(CONVERSATIONS[:2])] == [4, 4]
+
+
 def test_openai_policy_counts_about_four_characters_per_token():
     # ceil(9 / 4) = 3
     assert OpenAIPolicy("m", base_url="http://127.0.0.1:9/v1").count_tokens("123456789") == 3
@@ -504,6 +514,43 @@ def test_prefill_attention_drops_cache_slots_no_query_may_attend():
 def test_unknown_decode_attention_is_rejected(tok, model):
     with pytest.raises(ValueError, match="decode_attention"):
         TransformersPolicy(model, tok, decode_attention="fast")
+
+
+@pytest.mark.gpu
+def test_release_memory_on_cuda_gives_the_memory_back_and_the_next_call_samples_the_new_weights_exactly(tok):
+    model = build_tiny_model(tok, seed=9).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=16, temperature=0.9, mode="static", stop_token_ids=())
+    policy.generate(CONVERSATIONS)
+    before = torch.cuda.memory_allocated()
+    freed = policy.release_memory()
+    assert freed > 0 and before - torch.cuda.memory_allocated() >= freed  # nothing else held the cache or weights
+    # The freed blocks filled with NaN and the weights moved: CUDA graphs still reading the old addresses would
+    # sample from NaN logits (an error) or from the old weights (other log-probs).
+    junk = torch.full((freed // 4 + 4096,), float("nan"), device="cuda")
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.add_(0.05)
+            layer.mlp.up_proj.weight.mul_(1.5)
+    gens = policy.generate(CONVERSATIONS)
+    del junk
+    for g in gens:
+        assert len(g.token_ids) == 16
+        torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(model, g, 0.9, 1.0).cpu(),
+                                   atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_a_longer_cache_on_cuda_lets_the_shorter_one_go(tok):
+    import gc
+    import weakref
+
+    model = build_tiny_model(tok, seed=10).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=8, mode="static", stop_token_ids=(), cache_bucket=64)
+    policy.generate(CONVERSATIONS[:1])
+    old = weakref.ref(model.__dict__["_kevin_static_cache"][1].layers[0].keys)
+    policy.generate([[{"role": "user", "content": "longer " * 40}]])  # a prompt past the first 64-slot bucket
+    gc.collect()
+    assert old() is None  # the compiled graphs did not keep the first cache alive
 
 
 @pytest.mark.gpu

@@ -299,6 +299,15 @@ class TransformersPolicy:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def release_memory(self) -> int:
+        """Free what static mode keeps on the model between calls, e.g. for a training phase: the static KV cache
+        and the fused projections' weights (by arithmetic about 21 and 8 GiB for a 7B at 16 rows and 24k slots);
+        returns the bytes freed. The next call allocates them again and captures the decoding step's CUDA graphs
+        again (`kevin.core.policy.decoding.release_static_memory`)."""
+        from kevin.core.policy.decoding import release_static_memory
+
+        return release_static_memory(self.model)
+
     def encode_conversation(self, messages: list[dict]) -> list[int]:
         """Prompt token ids: the chat template with the assistant's generation prompt, no extra specials."""
         text = self.tokenizer.apply_chat_template(

@@ -131,6 +131,25 @@ def model_static_cache(model: Any, batch: int, length: int) -> Any:
     return held[1]
 
 
+def release_static_memory(model: Any) -> int:
+    """Free what `sample_static` keeps on ``model`` between calls: its static KV cache (`model_static_cache`) and
+    the fused projections' weights (:func:`kevin.core.policy.fused.release`); returns the bytes freed. The next
+    call allocates both again, at new addresses, where the compiled decoding step's CUDA graphs are captured
+    again. On CUDA the freed blocks go back to the device (``torch.cuda.empty_cache``)."""
+    model = _unwrap(model)
+    held = model.__dict__.pop("_kevin_static_cache", None)
+    freed = 0
+    if held is not None:
+        for layer in getattr(held[1], "layers", ()):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                freed += t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+    del held
+    freed += _fused.release(model)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return freed
+
+
 def _full_attention_only(model: Any) -> bool:
     """Whether every layer attends causally to all earlier tokens (no sliding-window or chunked layers), so an
     unpadded prefill may attend without a mask."""

@@ -28,7 +28,7 @@ tokens; each pair on one machine): a decoding step 10.24 -> 9.75 ms, the run 16.
 16.31 -> 15.87 s (run 16).
 
 Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB in runs 14 and 16); the refresh copies them once
-per generation call.
+per generation call. `release` frees ``W`` between generations (``TransformersPolicy.release_memory``).
 
 Like the policy package itself (``kevin.core.policy``), this is plumbing for the policy backend; it imports only ``torch``.
 """
@@ -142,6 +142,16 @@ def install(model: nn.Module) -> list[FusedGroup]:
             groups.append(group)
     model.__dict__["_kevin_fused_groups"] = groups
     return groups
+
+
+def release(model: nn.Module) -> int:
+    """Free the fused weights of ``model``'s groups (the next `fused_projections` allocates and fills them again);
+    returns the bytes freed. The groups and the swapped classes stay."""
+    freed = 0
+    for group in model.__dict__.get("_kevin_fused_groups") or ():
+        freed += sum(t.numel() * t.element_size() for t in (group.weight, group.bias) if t is not None)
+        group.weight = group.bias = None
+    return freed
 
 
 @contextlib.contextmanager

@@ -387,3 +387,44 @@ def test_a_compiled_prefill_samples_the_logprobs_of_a_teacher_forced_forward(pre
     logits = model(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, 8:-1].float() / 0.8
     ref = torch.log_softmax(logits, -1).gather(-1, out.tokens[..., None]).squeeze(-1)  # [2, 4]
     torch.testing.assert_close(out.logprobs, ref, atol=1e-4, rtol=1e-4)
+
+
+def _teacher_forced_logprobs(model, ids, mask, out, temperature):
+    full, full_mask = torch.cat([ids, out.tokens], 1), torch.cat([mask, torch.ones_like(out.tokens)], 1)
+    positions = (full_mask.cumsum(-1) - 1).clamp_min(0)
+    p = ids.shape[1]
+    logits = model(input_ids=full, attention_mask=full_mask, position_ids=positions).logits[:, p - 1:-1].float()
+    return torch.log_softmax(logits / temperature, -1).gather(-1, out.tokens[..., None]).squeeze(-1)
+
+
+def test_release_frees_the_static_cache_and_the_fused_weights(fresh_dynamo):
+    from kevin.core.policy.decoding import release_static_memory
+
+    model = build_tiny_model(build_tiny_tokenizer(), seed=3).eval()
+    ids = torch.randint(1, 100, (2, 9))
+    sample_static(model, ids, torch.ones_like(ids), max_new_tokens=4, cache_length=16, compile=True)
+    groups = model.__dict__["_kevin_fused_groups"]
+    # fp32 tiny Qwen2: 2 layers, 2 KV heads of 16, hidden 64, MLP 128.
+    # cache: 2 layers x (keys + values) x [2 rows, 2 heads, 16 slots, 16] x 4 B = 16,384 B
+    # fused q|k|v: [64 + 32 + 32, 64] + bias [128], gate|up: [256, 64]: (8,192 + 128 + 16,384) x 4 B x 2 layers
+    #   = 197,632 B
+    assert release_static_memory(model) == 16_384 + 197_632
+    assert "_kevin_static_cache" not in model.__dict__ and all(g.weight is None for g in groups)
+    assert release_static_memory(model) == 0  # nothing left to free
+
+
+def test_after_a_release_the_next_call_samples_the_current_weights_exactly(fresh_dynamo):
+    from kevin.core.policy.decoding import release_static_memory
+
+    model = build_tiny_model(build_tiny_tokenizer(), seed=3).eval()
+    torch.manual_seed(6)
+    ids = torch.randint(1, 100, (2, 9))
+    mask = torch.ones_like(ids)
+    sample_static(model, ids, mask, max_new_tokens=4, cache_length=16, compile=True, temperature=0.8)
+    release_static_memory(model)
+    with torch.no_grad():  # a training phase moved the fused projections' weights
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.add_(0.05)
+            layer.mlp.up_proj.weight.mul_(1.5)
+    out = sample_static(model, ids, mask, max_new_tokens=4, cache_length=16, compile=True, temperature=0.8)
+    torch.testing.assert_close(out.logprobs, _teacher_forced_logprobs(model, ids, mask, out, 0.8), atol=1e-4, rtol=1e-4)
