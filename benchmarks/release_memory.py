@@ -6,7 +6,12 @@ more timed calls (the first allocates the cache and the fused weights again and 
 CUDA graphs again; the second is warm again). Between the release and the next call the freed memory is filled
 with NaN, so a graph still reading the old addresses would be caught by the log-prob check.
 
-    python benchmarks/release_memory.py --shape 1.5b --out OUT      # writes OUT/release_memory.json
+    python benchmarks/release_memory.py --shape 1.5b --out OUT      # appends a row to OUT/release_memory.jsonl
+    python benchmarks/release_memory.py --shape 1.5b --prompts 8 --cycles 20 --out OUT
+
+``--cycles N`` then times N more (release, call) cycles: every release moves the cache and the fused weights,
+so the compiled step records one more CUDA graph per cycle, and the graphs already recorded are checked first
+at every step. With few prompts the step is bound by the host, where that checking would show.
 """
 
 from __future__ import annotations
@@ -31,9 +36,12 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="1.5b", choices=sorted(SHAPES))
+    p.add_argument("--prompts", type=int, default=None, help="default: the shape's benchmark batch")
+    p.add_argument("--cycles", type=int, default=0)
     p.add_argument("--out", default="/tmp/release_memory")
     a = p.parse_args()
     n, plen, new = DEFAULTS[a.shape]
+    n = a.prompts or n
     gib = 2**30
 
     model = build_model(a.shape, "cuda")
@@ -66,10 +74,17 @@ def main() -> None:
     row["recompiled_graphs"] = counters["stats"]["unique_graphs"] - graphs
     row["logprob_check_after_release"] = round(logprob_check(model, gens, 0.9), 4)
     row["warm_again_s"], _ = timed()
+    row["cycles_s"] = []  # (release, call) cycles: does a call slow down as recorded graphs pile up?
+    for _ in range(a.cycles):
+        policy.release_memory()
+        row["cycles_s"].append(timed()[0])
+    if a.cycles:
+        row["warm_after_cycles_s"] = timed()[0]
     row["device_name"], row["torch"] = torch.cuda.get_device_name(), torch.__version__
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "release_memory.json").write_text(json.dumps(row, indent=1))
+    with open(out / "release_memory.jsonl", "a") as fh:
+        fh.write(json.dumps(row) + "\n")
     print(json.dumps(row, indent=1))
 
 
