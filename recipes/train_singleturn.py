@@ -84,6 +84,9 @@ class Config:
     """nucleus sampling (not stated in the paper)"""
     generation_mode: str = "auto"
     """TransformersPolicy engine: auto, generate, static, continuous"""
+    release_sampling_memory: bool = True
+    """free the static KV cache and fused weights for the training phase (7B x 16 rows: 10.6 GiB; the next rollout's
+    first call took 6.51 s against 6.49 s, benchmarks/results/generation_h200.md run 37)"""
     backend: str = "cuda"
     """sandbox backend: "cuda" kernels on this process's GPU or "cpu" C++ kernels"""
     correctness_weight: float = 0.3
@@ -290,6 +293,8 @@ def main(argv: list[str]) -> None:
         with acc.autocast():
             trajectories = rollout(policy, tasks, sandbox, n_trajectories=cfg.n_trajectories, n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
+        if cfg.release_sampling_memory:
+            policy.release_memory()
         trajectories = [dataclasses.replace(t, task_index=rank + world * t.task_index) for t in trajectories]
         t_rollout = time.perf_counter()
 

@@ -190,3 +190,11 @@ def test_a_loaded_task_that_a_constant_passes_is_dropped_before_training(tmp_pat
     (level / "2_Softmax_of_a_mean.py").write_text(TASK.format(body="torch.softmax(x.mean(1, keepdim=True), dim=1)"))
     proc = run_recipe("train_singleturn.py", tmp_path / "out", "--steps", "1", "--tasks", str(tmp_path / "tasks"))
     assert "calibration: dropped 1 of 2 tasks that a fake passes: ['kb-L1-2']" in proc.stdout
+
+
+def test_static_sampling_with_its_memory_released_after_each_rollout_trains_two_steps(tmp_path):
+    # step 2's rollout samples after step 1's release: the cache is allocated again (on the CPU: static mode,
+    # no compiled step)
+    run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--generation_mode", "static")
+    lines = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line).get("step") for line in lines][-2:] == [1, 2]
