@@ -27,6 +27,7 @@ import ast
 import dataclasses
 import inspect
 import logging
+import os
 import sys
 import textwrap
 import types
@@ -42,12 +43,15 @@ _FALSE = {"false", "0", "no", "n", "off"}
 def log_to_stderr(level: int | str = logging.INFO) -> None:
     """Show the library's log lines (the ``kevin.*`` loggers: a rollout's line per turn, the policies' and the
     sandbox's warnings) on stderr at ``level``, for the recipes; other libraries' loggers are left as they are.
-    Calling it again sets the level and adds no second handler."""
+    With several processes (``WORLD_SIZE`` > 1) each line names its process's ``RANK``. Calling it again sets the
+    level and adds no second handler."""
     log = logging.getLogger("kevin")
     log.setLevel(level)
     if not any(getattr(h, "_kevin_stderr", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under accelerate / torchrun: whose line it is
+        rank = f"[rank {os.environ.get('RANK', '?')}] " if world > 1 else ""
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {rank}%(name)s: %(message)s", "%H:%M:%S"))
         handler._kevin_stderr = True  # type: ignore[attr-defined]
         log.addHandler(handler)
 

@@ -456,7 +456,7 @@ def plot_equal_budget(curves: Mapping[str, Sequence[CurvePoint]], path: str | Pa
             ax = axes[row][col]
             for label, points in curves.items():
                 xs = [getattr(p, x_name) for p in points]
-                if max(xs, default=0) > 0:  # API backends report no token ids: nothing to plot
+                if max(xs, default=0) > 0:  # no token ids and no usage counts: nothing to plot
                     ax.plot(xs, [getattr(p, y_name) for p in points], "-o", label=label)
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)

@@ -15,7 +15,8 @@ kevin-method.md). Scoring is not done here: a ``Turn`` keeps the raw ``EvalResul
 computed, and recomputed with other settings, afterwards (``kevin.core.records.rescore``).
 
 Costs. ``Turn.generation_s`` is the batch's generation wall time shared out in proportion to each
-response's sampled tokens (characters when the backend reports no token ids; evenly when all are empty):
+response's sampled tokens (an API's reported counts when it gives no ids; characters when some response has
+neither; evenly when all are empty):
 a long response occupied the batch longer. ``Turn.evaluation_s`` is the ``evaluate_many`` wall time
 shared evenly among the kernels that were sent (0.0 for turns that never reached the sandbox).
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from collections import Counter
 from typing import Any, Callable, Sequence
@@ -136,8 +138,9 @@ def rollout(
             logger.info("no progress bar: tqdm is not installed")
         else:
             bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories", unit="turn")
-            # the library's log lines printed above the bar, not through it
-            redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
+            if _console_handler(logging.getLogger("kevin")):  # (`kevin.core.cli.log_to_stderr`'s, say)
+                # its lines printed above the bar, not through it
+                redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
     try:
         for t in range(n_turns):
             conversations = [
@@ -181,8 +184,7 @@ def rollout(
             for k, v in zip(job_slots, verdicts):
                 results[k] = v
 
-            gen_costs = share(gen_s, [len(g.token_ids) or g.reported_generated_tokens or len(g.text)
-                                      for g in generations])
+            gen_costs = share(gen_s, _generation_weights(generations))
             eval_costs = [0.0] * len(slots)
             for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
                 eval_costs[k] = c
@@ -236,6 +238,20 @@ def rollout(
         if bar is not None:
             bar.close()
     return _trajectories(tasks, slots, history)
+
+
+def _console_handler(log: logging.Logger) -> bool:
+    """Whether ``log`` itself has a handler writing to stdout or stderr."""
+    return any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr) for h in log.handlers)
+
+
+def _generation_weights(generations: Sequence[Any]) -> list[float]:
+    """Each response's share of a batch's generation seconds: its tokens (sampled ids, else the backend's reported
+    count) when every response has them, else its characters (one unit for the whole batch)."""
+    tokens = [len(g.token_ids) if g.token_ids else getattr(g, "reported_generated_tokens", None) for g in generations]
+    if all(n is not None for n in tokens):
+        return [float(n) for n in tokens]
+    return [float(len(g.text)) for g in generations]
 
 
 def _trajectories(tasks: Sequence[Any], slots: list[tuple[int, int]], history: list[list[Turn]]) -> list[Trajectory]:

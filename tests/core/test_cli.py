@@ -108,3 +108,22 @@ def test_log_to_stderr_shows_the_librarys_info_lines_once_however_often_it_is_ca
         log.handlers[:] = saved[1]
     assert err.count("kevin.core.rollout: turn 1/4: hello") == 1
     assert "not ours" not in err
+
+
+def test_log_to_stderr_names_the_rank_when_there_are_several_processes(capfd, monkeypatch):
+    import logging
+
+    from kevin.core.cli import log_to_stderr
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    log = logging.getLogger("kevin")
+    saved = log.level, list(log.handlers)
+    try:
+        log_to_stderr()
+        logging.getLogger("kevin.core.rollout").info("turn 1/4: hello")
+        err = capfd.readouterr().err
+    finally:
+        log.setLevel(saved[0])
+        log.handlers[:] = saved[1]
+    assert "[rank 1] kevin.core.rollout: turn 1/4: hello" in err

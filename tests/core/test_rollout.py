@@ -1,3 +1,4 @@
+import logging
 import time
 
 import pytest
@@ -170,6 +171,43 @@ def test_an_api_policys_reported_token_counts_reach_the_turn_and_share_its_secon
     a, b = trajs[0].turns[0], trajs[1].turns[0]
     assert (a.prompt_tokens, a.generated_tokens, b.generated_tokens) == (500, 30, 10)
     assert a.generation_s / b.generation_s == pytest.approx(30 / 10)  # shared by the reported counts
+
+
+def test_generation_seconds_are_shared_by_characters_when_some_response_has_no_token_count():
+    from kevin.core.rollout import _generation_weights
+
+    counted = Generation((), (), None, "abcd", False, reported_generated_tokens=1)
+    uncounted = Generation((), (), None, "abcdefgh", False)
+    # one unit for the batch: 4 and 8 characters, not 1 token against 8 characters
+    assert _generation_weights([counted, uncounted]) == [4.0, 8.0]
+    assert _generation_weights([counted, counted]) == [1.0, 1.0]
+
+
+def test_a_rollout_with_a_bar_leaves_the_callers_logging_alone(caplog, capfd):
+    # the caller logs through the root logger: each line reaches it once, and none is added on stderr
+    caplog.set_level(logging.INFO, logger="kevin")
+    sandbox = VerdictSandbox(_incorrect)
+    rollout(ScriptedPolicy([response("a", CODE.format(i=0), "s")]), _tasks(1), sandbox, n_trajectories=1,
+            n_turns=1, backend="cpu", progress=True)
+    assert sum("turn 1/1:" in r.getMessage() for r in caplog.records) == 1
+    assert "turn 1/1:" not in capfd.readouterr().err
+
+
+def test_a_rollout_with_a_bar_prints_log_to_stderrs_lines_once_above_it(capfd):
+    from kevin.core.cli import log_to_stderr
+
+    log = logging.getLogger("kevin")
+    saved = log.level, list(log.handlers)
+    try:
+        log_to_stderr()
+        rollout(ScriptedPolicy([response("a", CODE.format(i=0), "s")]), _tasks(1), VerdictSandbox(_incorrect),
+                n_trajectories=1, n_turns=1, backend="cpu", progress=True)
+        err = capfd.readouterr().err
+    finally:
+        log.setLevel(saved[0])
+        log.handlers[:] = saved[1]
+    assert err.count("kevin.core.rollout: turn 1/1:") == 1
+    assert log.handlers == saved[1]  # the redirect put the handler back
 
 
 def test_share_splits_in_proportion():

@@ -280,6 +280,22 @@ def _recompile_limit(limit: int) -> Any:
         yield
 
 
+RERECORD_LIMIT = 1 << 16
+"""CUDA-graph recordings allowed per compiled decoding step while sampling (torch 2.11's default is 128, and past
+it the step silently runs without CUDA graphs). Each `release_static_memory` moves the cache and the fused weights,
+and the next call records the step's graphs once more; torch 2.11 may count those recordings."""
+
+
+@contextlib.contextmanager
+def _rerecord_limit(limit: int) -> Any:
+    """Inductor's CUDA-graph re-recording limit raised to at least ``limit`` inside the block."""
+    import torch._inductor.config as inductor
+
+    current = inductor.triton.cudagraph_unexpected_rerecord_limit
+    with inductor.patch({"triton.cudagraph_unexpected_rerecord_limit": max(current, limit)}):
+        yield
+
+
 @contextlib.contextmanager
 def _own_precision(model: Any, device: torch.device) -> Any:
     """Inside the block the model runs in its own dtype: autocast off, and a forward that ``accelerate.prepare``
@@ -320,10 +336,12 @@ def _blas_preference(device: torch.device, library: str) -> Any:
 
 
 def _sampling_contexts(fn: Callable[..., Sampled]) -> Callable[..., Sampled]:
-    """``fn(model, input_ids, ...)`` run inside `_own_precision` and `_recompile_limit` (`RECOMPILE_LIMIT`)."""
+    """``fn(model, input_ids, ...)`` run inside `_own_precision`, `_recompile_limit` (`RECOMPILE_LIMIT`) and
+    `_rerecord_limit` (`RERECORD_LIMIT`)."""
     @functools.wraps(fn)
     def wrapper(model: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Sampled:
-        with _own_precision(_unwrap(model), input_ids.device), _recompile_limit(RECOMPILE_LIMIT):
+        with (_own_precision(_unwrap(model), input_ids.device), _recompile_limit(RECOMPILE_LIMIT),
+              _rerecord_limit(RERECORD_LIMIT)):
             return fn(model, input_ids, *args, **kwargs)
 
     return wrapper

@@ -216,6 +216,23 @@ def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(
             sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=length, compile=True)
 
 
+def test_the_cuda_graph_rerecord_limit_is_raised_while_sampling_and_restored_after(tiny, monkeypatch):
+    # torch 2.11 stops using CUDA graphs for a step recorded more than 128 times; each release moves its inputs
+    import torch._inductor.config as inductor
+
+    from kevin.core.policy import decoding
+
+    seen = []
+    sampler = decoding.sample_logits
+    monkeypatch.setattr(decoding, "sample_logits", lambda *a: seen.append(
+        inductor.triton.cudagraph_unexpected_rerecord_limit) or sampler(*a))
+    before = inductor.triton.cudagraph_unexpected_rerecord_limit
+    ids = torch.randint(1, 100, (2, 4))
+    sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=2, cache_length=16)
+    assert set(seen) == {max(before, decoding.RERECORD_LIMIT)}
+    assert inductor.triton.cudagraph_unexpected_rerecord_limit == before
+
+
 def test_the_decoding_loop_sets_the_blas_preference_on_cuda_only_and_restores_it(monkeypatch):
     # the preference is process-wide: set inside the block, the caller's value back after, also after an error
     from kevin.core.policy import decoding
