@@ -294,7 +294,10 @@ def main(argv: list[str]) -> None:
             trajectories = rollout(policy, tasks, sandbox, n_trajectories=cfg.n_trajectories, n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         if cfg.release_sampling_memory:
-            policy.release_memory()
+            freed = policy.release_memory()
+            if step == start_step and freed:
+                acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory (static cache, fused weights) "
+                          "for the training phase, and after every rollout")
         trajectories = [dataclasses.replace(t, task_index=rank + world * t.task_index) for t in trajectories]
         t_rollout = time.perf_counter()
 

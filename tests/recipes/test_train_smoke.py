@@ -195,6 +195,13 @@ def test_a_loaded_task_that_a_constant_passes_is_dropped_before_training(tmp_pat
 def test_static_sampling_with_its_memory_released_after_each_rollout_trains_two_steps(tmp_path):
     # step 2's rollout samples after step 1's release: the cache is allocated again (on the CPU: static mode,
     # no compiled step)
-    run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--generation_mode", "static")
+    proc = run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--generation_mode", "static")
+    assert "MiB of sampling memory (static cache, fused weights) for the training phase" in proc.stdout
     lines = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line).get("step") for line in lines][-2:] == [1, 2]
+
+
+def test_the_sampling_memory_is_kept_when_release_is_switched_off(tmp_path):
+    proc = run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "1", "--generation_mode", "static",
+                      "--release_sampling_memory", "false")
+    assert "sampling memory" not in proc.stdout
