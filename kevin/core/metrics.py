@@ -11,7 +11,7 @@ over every trajectory that has that turn; :func:`summarize_turns` pools any set 
 - ``response_tokens`` / ``prompt_tokens``: mean sampled / prompt tokens;
 - ``truncated``: share of responses cut at the token limit (the paper's "clipping ratio");
 - ``not_okay``: the paper's Not-Okay ratio (section 6.1), the share of thoughts (the response when no
-  thought was parsed) that do not start with the base model's usual opener (QwQ-32B: "Okay");
+  thought was parsed) that do not start with the base model's usual opener (QwQ-32B: "Okay,");
 - ``repetition``: mean :func:`repetition_score`, a junk detector in [0, 1].
 
 **Per task** (:func:`task_metrics`), as in the paper's section 5 (kevin-method.md section 7.2): a
@@ -60,8 +60,9 @@ __all__ = [
     "metrics_dict",
 ]
 
-DEFAULT_OPENER = "Okay"
-"""QwQ-32B opens every chain of thought with "Okay"; drifting away from it preceded junk in the paper."""
+DEFAULT_OPENER = "Okay,"
+"""QwQ-32B opens every chain of thought with "Okay,"; drifting away from it preceded junk in the paper, and the
+drift keeps the word: "Okay Amigos, ..." and "Okay Holy crap, ..." are Not-Okay (so the comma is part of it)."""
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ The paper leaves parsing open (kevin-method.md section 12.2); these are our rule
 2. **Thought.** The text inside ``<think>...</think>`` (stripped). If the response has ``</think>`` but no
    ``<think>`` (chat templates such as QwQ's put ``<think>\\n`` in the generation prompt, so the sampled
    text starts inside the thought), the thought is everything before ``</think>``. A ``<think>`` that is
-   never closed means generation was cut off mid-thought: a parse failure (``error`` set, no code). With
-   no tags at all the thought is None and the whole text is the answer. The first ``</think>`` after the
+   never closed means the response ended mid-thought (cut off, or stopped): a parse failure (``error``
+   set, no code). With no tags at all the thought is None and the whole text is the answer; so a caller
+   whose prompt opened the thought passes the text with ``<think>`` put back in front (the rollout does,
+   for a `Generation.in_thought`), and code drafted while thinking never counts. The first ``</think>`` after the
    opening tag ends the thought.
 3. **Code.** Only the answer (the text after the thought) is searched, so code written while thinking
    never counts. A fenced block (```` ``` ```` or ``~~~``, any length >= 3, closed by a fence of the same
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 __all__ = ["ParsedResponse", "parse_response", "NO_CODE_ERROR", "UNCLOSED_THINK_ERROR"]
 
 NO_CODE_ERROR = "no code block defining ModelNew"
-UNCLOSED_THINK_ERROR = "the response was cut off inside <think> (no closing </think>), so it has no answer"
+UNCLOSED_THINK_ERROR = "the response ended inside <think> (no closing </think>), so it has no answer"
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"

@@ -27,16 +27,19 @@ class ScriptedPolicy:
 
     ``responses[t]`` is either one string for every conversation of the turn, or a function
     ``(index_in_batch) -> str``. ``truncate`` (optional): a predicate ``(turn, index) -> bool`` marking a
-    response as cut at the token limit. Log-probs are a fixed -0.5 per token.
+    response as cut at the token limit. ``in_thought``: every generation's prompt opened the thought (as the
+    tiny and QwQ chat templates do). Log-probs are a fixed -0.5 per token.
     """
 
     def __init__(
         self,
         responses: Sequence[str | Callable[[int], str]],
         truncate: Callable[[int, int], bool] | None = None,
+        in_thought: bool = False,
     ) -> None:
         self.responses = list(responses)
         self.truncate = truncate
+        self.in_thought = in_thought
         self.calls: list[list[list[dict]]] = []  # every generate call: its conversations
 
     def count_tokens(self, text: str) -> int:
@@ -57,6 +60,7 @@ class ScriptedPolicy:
                     logprobs=tuple(-0.5 for _ in ids),
                     text=text,
                     truncated=bool(self.truncate and self.truncate(turn, i)),
+                    in_thought=self.in_thought,
                 )
             )
         return out

@@ -72,10 +72,17 @@ def test_turn_metrics_pools_each_turn_index_across_trajectories():
 
 
 def test_not_okay_ratio_counts_thoughts_not_starting_with_the_opener():
-    turns = [turn(thought="Okay, let's see."), turn(thought="\n  Okay so"), turn(thought="Okay Amigos"),
-             turn(thought="Hmm, okay."), turn(thought="")]
-    # 3 start with "Okay" (after leading whitespace), "Hmm" and the empty thought do not: 2/5.
-    assert summarize_turns(turns).not_okay == pytest.approx(2 / 5)
+    turns = [turn(thought="Okay, let's see."), turn(thought="\n  Okay, so"), turn(thought="Hmm, okay."),
+             turn(thought="")]
+    # 2 start with "Okay," (after leading whitespace), "Hmm" and the empty thought do not: 2/4.
+    assert summarize_turns(turns).not_okay == pytest.approx(2 / 4)
+
+
+def test_not_okay_counts_the_papers_drift_that_keeps_the_word_okay():
+    # the paper's examples of drift before junk: "Okay Amigos, ..." and "Okay Holy crap, ..." (no comma after Okay)
+    turns = [turn(thought="Okay Amigos, so"), turn(thought="Okay Holy crap, "), turn(thought="Okayyyy"),
+             turn(thought="Okay, fine.")]
+    assert summarize_turns(turns).not_okay == pytest.approx(3 / 4)
 
 
 def test_not_okay_uses_the_response_when_there_is_no_thought_and_the_opener_is_configurable():

@@ -16,6 +16,7 @@ from kevin.core.policy import (
     VLLMPolicy,
     cut_at_stop,
     left_pad,
+    opens_thought,
     round_up,
 )
 from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
@@ -126,6 +127,18 @@ def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model)
     assert tok.decode(list(g.prompt_ids)) == (
         "<|im_start|>user\nWrite a fused softmax kernel.<|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
+
+
+def test_a_generation_knows_whether_its_prompt_opened_the_thought(tok, model):
+    # the tiny chat template ends the generation prompt with "<think>\n" unless enable_thinking=False
+    thinking = TransformersPolicy(model, tok, max_new_tokens=2).generate(CONVERSATIONS[:1])[0]
+    plain = TransformersPolicy(model, tok, max_new_tokens=2, chat_template_kwargs={"enable_thinking": False})
+    assert thinking.in_thought and not plain.generate(CONVERSATIONS[:1])[0].in_thought
+
+
+def test_opens_thought_reads_the_end_of_the_rendered_prompt():
+    assert opens_thought("<|im_start|>assistant\n<think>\n")
+    assert not opens_thought("<|im_start|>assistant\n") and not opens_thought("<think>a</think>\n")
 
 
 def test_a_response_that_emits_a_stop_token_ends_with_it_and_is_not_truncated(tok, model):

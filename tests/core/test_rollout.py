@@ -100,6 +100,23 @@ def test_a_parse_failure_is_a_format_error_with_the_parsers_message_and_no_sandb
     assert trajs[1].turns[0].result.status == "incorrect"
 
 
+def test_code_drafted_in_a_thought_that_never_closes_is_not_submitted():
+    # the prompt opened <think>; the response stops (not truncated) without </think>: everything was thought
+    draft = f"Okay, a first draft:\n```python\n{CODE.format(i=0)}```\nHmm, that is wrong."
+    trajs, sandbox = _run(ScriptedPolicy([draft], in_thought=True), g=1, t=1)
+    turn = trajs[0].turns[0]
+    assert turn.result.status == "format_error" and "no closing </think>" in turn.result.feedback
+    assert turn.code is None and turn.thought.startswith("Okay, a first draft")
+    assert sandbox.batches == []
+    assert turn.response_text == draft  # the text as sampled; only the parser saw the tag put back
+
+
+def test_a_closed_thought_after_an_opened_prompt_parses_as_before():
+    trajs, sandbox = _run(ScriptedPolicy([response("Okay, go.", CODE.format(i=0), "s")], in_thought=True), g=1, t=1)
+    turn = trajs[0].turns[0]
+    assert turn.thought == "Okay, go." and turn.code == CODE.format(i=0) and len(sandbox.batches[0]) == 1
+
+
 def test_a_failed_turn_does_not_stop_the_trajectory_and_its_feedback_reaches_the_next_prompt():
     policy = ScriptedPolicy(["no code here", response("t", CODE.format(i=2), "s")])
     trajs, _ = _run(policy, g=1, t=3)

@@ -64,7 +64,9 @@ class Generation:
     ``logprobs`` has one entry per token id, or is None when the backend does not report them; ``text``
     is the decoded response without the stop token; ``truncated`` means max_new_tokens ran out first.
     ``reported_prompt_tokens`` and ``reported_generated_tokens``: the token counts a backend without token ids
-    reports (an API's ``usage``), else None.
+    reports (an API's ``usage``), else None. ``in_thought``: the prompt ended with an open ``<think>`` (QwQ's
+    chat template puts it in the generation prompt), so ``text`` starts inside the thought; a response that
+    then never writes ``</think>`` has no answer, even when it ended with the stop token.
     """
 
     prompt_ids: tuple[int, ...]
@@ -74,10 +76,20 @@ class Generation:
     truncated: bool
     reported_prompt_tokens: int | None = None
     reported_generated_tokens: int | None = None
+    in_thought: bool = False
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} token ids")
+
+
+_THINK_TAIL = 8  # prompt tokens decoded to see whether the generation prompt opened a thought
+
+
+def opens_thought(prompt_text: str) -> bool:
+    """Whether a rendered prompt ends with an open ``<think>`` (after trailing whitespace): the response then
+    starts inside the thought (`Generation.in_thought`)."""
+    return prompt_text.rstrip().endswith("<think>")
 
 
 @runtime_checkable
@@ -374,6 +386,7 @@ class TransformersPolicy:
             logprobs=logprobs,
             text=text,
             truncated=not stopped and len(token_ids) >= self.max_new_tokens,
+            in_thought=opens_thought(self.tokenizer.decode(list(prompt[-_THINK_TAIL:]))),
         )
 
     def _generation_config(self, **extra: Any) -> Any:
@@ -564,7 +577,8 @@ class VLLMPolicy:
             lps = None
             if c.logprobs is not None:
                 lps = tuple(float(step[t].logprob) for step, t in zip(c.logprobs, ids))
-            gens.append(Generation(tuple(p), ids, lps, c.text, truncated=c.finish_reason == "length"))
+            gens.append(Generation(tuple(p), ids, lps, c.text, truncated=c.finish_reason == "length",
+                                   in_thought=opens_thought(self.tokenizer.decode(p[-_THINK_TAIL:]))))
         return gens
 
 
