@@ -21,7 +21,8 @@ The paper leaves parsing open (kevin-method.md section 12.2); these are our rule
 4. **No fences.** When the answer has no fence at all and exactly one line starts with ``class ModelNew``,
    the bare program is taken if it can be delimited unambiguously: from the first ``import``/``from``
    line before the class (else the class line) to the first later column-0 line that does not look like
-   Python, and the span must parse with :func:`ast.parse`.
+   Python, and the span must parse with :func:`ast.parse`; when it does not, the next ``import``/``from``
+   line is tried as the start (prose such as "from the feedback, ..." is not code).
 5. **Summary.** The text after the chosen block (stripped); None when empty. A missing summary is not an
    error.
 6. **Errors.** ``error`` is a short message for the model when no code is found
@@ -142,7 +143,16 @@ def _bare_program(lines: list[str]) -> tuple[str, int] | None:
         return None
     cls = class_lines[0]
     imports = [i for i in range(cls) if re.match(r"(import|from)\s", lines[i])]
-    start = imports[0] if imports else cls
+    for start in imports or [cls]:  # the earliest start whose span parses: prose may begin with "from "
+        found = _bare_span(lines, start, cls)
+        if found is not None:
+            return found
+    return None
+
+
+def _bare_span(lines: list[str], start: int, cls: int) -> tuple[str, int] | None:
+    """-> (code, end) for the program from line ``start`` through the class at line ``cls``, or None when it does not
+    parse."""
     end = len(lines)
     in_string = False  # crude triple-quote tracking so CUDA sources inside r\"\"\"...\"\"\" are skipped
     for i in range(start, len(lines)):

@@ -118,6 +118,13 @@ def test_tilde_fences_are_accepted():
     assert r.code == CODE and r.summary == "Done."
 
 
+def test_bare_program_after_prose_that_starts_with_from_is_found():
+    # "from the feedback ..." matches the import pattern; the span from it does not parse, the one from "import" does
+    text = f"from the feedback I fixed the index.\n\n{CODE}\nDone.\n"
+    r = parse_response(text)
+    assert r.code == CODE and r.summary == "Done."
+
+
 def test_bare_program_interrupted_by_prose_is_ambiguous():
     text = "import torch\n\nNow the class, which does the work:\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
     assert parse_response(text).error == NO_CODE_ERROR
