@@ -83,7 +83,12 @@ class Config:
     n_turns: int = 4
     """T: refinement turns per trajectory (paper: 4 in training)"""
     max_new_tokens: int = 16384
-    """response budget per turn (paper: 16k, 22k after step 30)"""
+    """response budget per turn (paper: 16k, raised to 22k after step 30: ``raised_max_new_tokens``)"""
+    raised_max_new_tokens: int | None = 22528
+    """response budget from RL step ``raise_max_new_tokens_at`` on (paper: 22k after step 30); None: never raised.
+    Dr. GRPO's constant (``--loss_aggregation seq-mean-token-sum-norm``) follows the budget"""
+    raise_max_new_tokens_at: int = 30
+    """how many RL steps run at ``max_new_tokens`` before the raise (paper: 30)"""
     max_prompt_tokens: int | None = 8192
     """prompt budget; the earliest attempts are dropped first (None: no budget)"""
     temperature: float = 0.9
@@ -150,8 +155,17 @@ class Config:
 
 
 # CPU-sized defaults used when --model tiny (anything on the command line still wins).
-TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, max_prompt_tokens=None, backend="cpu",
+TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raised_max_new_tokens=None,
+            max_prompt_tokens=None, backend="cpu",
             bf16=False, gradient_checkpointing=False, steps=3, micro_batch_size=8, lr=1e-4, output_dir="runs/tiny")
+
+
+def response_budget(cfg: Config, step: int) -> int:
+    """max_new_tokens of RL step ``step`` (0-based): ``raised_max_new_tokens`` once ``raise_max_new_tokens_at`` steps
+    have run (the paper's 16k -> 22k after step 30), else ``max_new_tokens``."""
+    if cfg.raised_max_new_tokens is not None and step >= cfg.raise_max_new_tokens_at:
+        return cfg.raised_max_new_tokens
+    return cfg.max_new_tokens
 
 
 def build_model(cfg: Config, device: torch.device):
@@ -164,6 +178,8 @@ def main(argv: list[str]) -> None:
     cfg = parse_config(Config, argv)
     if cfg.model == "tiny":
         cfg = parse_config(Config, argv, defaults=TINY)
+    if cfg.raised_max_new_tokens is not None and cfg.raised_max_new_tokens < 1:
+        raise SystemExit(f"--raised_max_new_tokens must be >= 1 (or None: never raised), got {cfg.raised_max_new_tokens}")
 
     # ------------------------------------------------------------------ setup (accelerate, model, data)
     from accelerate import Accelerator
@@ -223,7 +239,7 @@ def main(argv: list[str]) -> None:
         lp = response_logprobs(model, mb, temperature=cfg.temperature)
         loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                 kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
-                                max_response_len=cfg.max_new_tokens)
+                                max_response_len=policy.max_new_tokens)  # the budget the samples had
         w = loss_weight(mb, mini, cfg.loss_aggregation)
         return loss * w, stats, w
 
@@ -297,6 +313,7 @@ def main(argv: list[str]) -> None:
         tasks = sampler.next_batch()[rank::world]  # the same batch everywhere; this process's share
 
         # rollout: G trajectories x T turns per task, generation batched over all of them
+        policy.max_new_tokens = response_budget(cfg, step)
         model.eval()
         with acc.autocast():
             trajectories = rollout(policy, tasks, sandbox, n_trajectories=cfg.n_trajectories, n_turns=cfg.n_turns,

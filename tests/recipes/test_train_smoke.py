@@ -149,6 +149,8 @@ def test_the_paper_defaults_are_the_config_defaults():
         assert (c.gamma, c.reward_mode, c.correctness_weight, c.kl_coef) == (0.4, "sum", 0.3, 0.0)
         assert (c.clip_low, c.clip_high, c.temperature, c.lr, c.warmup_ratio) == (0.2, 0.28, 0.9, 2e-6, 0.03)
         assert (c.n_minibatches, c.grad_clip, c.advantage_per_turn) == (2, 0.05, False)
+        # 16k per response, 22k after step 30: step 29 (0-based) is the 30th at 16k, step 30 the first at 22k
+        assert [module.response_budget(c, s) for s in (0, 29, 30, 39)] == [16384, 16384, 22528, 22528]
     finally:
         sys.modules.pop(spec.name, None)
 
@@ -205,3 +207,12 @@ def test_the_sampling_memory_is_kept_when_release_is_switched_off(tmp_path):
     proc = run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "1", "--generation_mode", "static",
                       "--release_sampling_memory", "false")
     assert "sampling memory" not in proc.stdout
+
+
+def test_the_response_budget_is_raised_after_the_given_step(tmp_path):
+    # 8 tokens in step 1, 12 from step 2 on; the tiny policy rarely stops, so most responses fill their budget
+    run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--raised_max_new_tokens", "12",
+               "--raise_max_new_tokens_at", "1")
+    longest = [max(len(t.response_ids) for tr in load_rollout(tmp_path / "out" / "rollouts" / f"step_{k:06d}.jsonl.gz")
+                   for t in tr.turns) for k in (1, 2)]
+    assert longest == [8, 12]
