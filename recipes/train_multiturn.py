@@ -234,13 +234,18 @@ def main(argv: list[str]) -> None:
             with net.disable_adapter():
                 return old, response_logprobs(net, mb, temperature=cfg.temperature)
 
-    def loss_of(mb, mini, old, ref):
-        """GRPO loss of a micro-batch times its weight w: summed over a mini-batch, the mini-batch's loss."""
+    def tokens_everywhere(mini):
+        """The mini-batch's response tokens summed over the processes (for the token-mean's weights)."""
+        return acc.reduce(mini.mask.sum().float(), "sum").item()
+
+    def loss_of(mb, mini, old, ref, mini_tokens):
+        """GRPO loss of a micro-batch times its weight w: summed over a mini-batch (and averaged over processes),
+        the mini-batch's loss."""
         lp = response_logprobs(model, mb, temperature=cfg.temperature)
         loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                 kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
                                 max_response_len=policy.max_new_tokens)  # the budget the samples had
-        w = loss_weight(mb, mini, cfg.loss_aggregation)
+        w = loss_weight(mb, mini, cfg.loss_aggregation, tokens_everywhere=mini_tokens, world=world)
         return loss * w, stats, w
 
     def samples_of(trajectories):
@@ -266,10 +271,12 @@ def main(argv: list[str]) -> None:
         model.train()
         sums = torch.zeros(3, device=acc.device)  # loss, sum of token log-probs, tokens
         micros = micro_batches(batch, cfg.micro_batch_size)
+        batch_tokens = tokens_everywhere(batch)
         for i, mb in enumerate(micros):
             old, ref = old_and_ref_logprobs(mb)
             with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                loss, _, _ = loss_of(mb, batch, mb.old_logprobs if mb.old_logprobs is not None else old, ref)
+                loss, _, _ = loss_of(mb, batch, mb.old_logprobs if mb.old_logprobs is not None else old, ref,
+                                     batch_tokens)
                 acc.backward(loss)
             sums += torch.stack([loss.detach().float(), (old * mb.mask).sum(), mb.mask.sum()])
         grad_norm = torch.norm(torch.stack([p.grad.float().norm() for p in params if p.grad is not None]))
@@ -335,13 +342,13 @@ def main(argv: list[str]) -> None:
         for chunk in split_minibatches(samples, cfg.n_minibatches, seed=cfg.seed * 100003 + step):
             mini = collate(chunk, tokenizer.pad_token_id).to(acc.device)
             micros = micro_batches(mini, cfg.micro_batch_size)
-            minis.append((mini, micros, [old_and_ref_logprobs(mb) for mb in micros]))
+            minis.append((mini, micros, [old_and_ref_logprobs(mb) for mb in micros], tokens_everywhere(mini)))
         updates = []  # one dict of mini-batch statistics per gradient step
-        for mini, micros, olds in minis:
+        for mini, micros, olds, mini_tokens in minis:
             stats_sum = {}
             for i, (mb, (old, ref)) in enumerate(zip(micros, olds)):
                 with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                    loss, stats, w = loss_of(mb, mini, old, ref)
+                    loss, stats, w = loss_of(mb, mini, old, ref, mini_tokens)
                     acc.backward(loss)
                 for k, v in stats.items():
                     stats_sum[k] = stats_sum.get(k, 0.0) + w * v.float()

@@ -142,15 +142,23 @@ def micro_batches(batch: Batch, size: int, *, old_logprobs: Tensor | None = None
     return [slice_batch(batch, i, min(i + size, batch.size), old_logprobs=old_logprobs) for i in range(0, batch.size, size)]
 
 
-def loss_weight(micro: Batch, full: Batch, aggregation: str) -> float:
+def loss_weight(micro: Batch, full: Batch, aggregation: str, *, tokens_everywhere: float | None = None,
+                world: int = 1) -> float:
     """The factor that makes summed micro-batch losses equal the loss of ``full`` in one piece.
 
     Per-sequence aggregations ("seq-mean-token-mean", and "seq-mean-token-sum-norm" with a fixed
     ``max_response_len``) average over sequences: weight B_micro / B. "token-mean" averages over
     tokens: weight tokens_micro / tokens_full. Example: 3 of 4 sequences -> 0.75.
+
+    With ``world`` processes whose gradients are averaged (DDP) and as many sequences on each, the per-sequence
+    weights already give the global mean; "token-mean" over every process's tokens needs ``tokens_everywhere``,
+    the sum of ``full``'s tokens over the processes: weight world * tokens_micro / tokens_everywhere. Example: 3
+    of this process's 4 tokens, and 4 on the other of 2 processes: 2 * 3 / 8 = 0.75.
     """
     if aggregation == "token-mean":
-        return float(micro.mask.sum() / full.mask.sum().clamp(min=1))
+        if tokens_everywhere is None:
+            return float(micro.mask.sum() / full.mask.sum().clamp(min=1))
+        return float(world * micro.mask.sum() / max(float(tokens_everywhere), 1.0))
     return micro.size / full.size
 
 

@@ -124,6 +124,35 @@ def test_weighted_micro_batch_losses_sum_to_the_full_batch_loss(tiny, aggregatio
     torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-6)
 
 
+def test_token_mean_weights_over_two_processes_average_to_the_global_token_mean(tiny):
+    # DDP averages the processes' gradients: (loss_a + loss_b) / 2 must be the token mean over a's and b's tokens,
+    # though a holds 3 sequences of more tokens than b's 2
+    model, tok = tiny
+    samples = [_sample([11 + i] * (1 + i % 3), [20 + i] * (1 + 2 * i), adv=float(i) - 2.0) for i in range(5)]
+    shards = [collate(samples[:3], tok.pad_token_id), collate(samples[3:], tok.pad_token_id)]
+    everywhere = float(sum(b.mask.sum() for b in shards))  # 1 + 3 + 5 = 9 tokens on a, 7 + 9 = 16 on b
+    with torch.no_grad():
+        whole_batch = collate(samples, tok.pad_token_id)
+        lp = response_logprobs(model, whole_batch)
+        whole, _ = grpo_loss(lp, lp - 0.1, whole_batch.advantages, whole_batch.mask, aggregation="token-mean")
+        per_process = []
+        for full in shards:
+            parts = 0.0
+            for mb in micro_batches(full, 2):
+                mlp = response_logprobs(model, mb)
+                loss, _ = grpo_loss(mlp, mlp - 0.1, mb.advantages, mb.mask, aggregation="token-mean")
+                parts += loss * loss_weight(mb, full, "token-mean", tokens_everywhere=everywhere, world=2)
+            per_process.append(parts)
+    torch.testing.assert_close(sum(per_process) / 2, whole, rtol=1e-4, atol=1e-6)
+
+
+def test_token_mean_weight_over_processes_by_hand():
+    micro = collate([_sample([1], [2, 3, 4])], pad_id=0)  # 3 tokens
+    full = collate([_sample([1], [2, 3, 4]), _sample([1], [5])], pad_id=0)  # 4 tokens here, 4 on the other process
+    assert loss_weight(micro, full, "token-mean", tokens_everywhere=8, world=2) == pytest.approx(2 * 3 / 8)
+    assert loss_weight(micro, full, "token-mean") == pytest.approx(3 / 4)  # one process
+
+
 def test_minibatches_partition_the_samples_in_near_equal_sizes():
     from kevin.core.batch import split_minibatches
 

@@ -15,6 +15,7 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
     real architecture with random weights, built on ``device`` directly; anything else goes to
     ``from_pretrained`` (left padding, the EOS token as padding when there is none). Weights are bf16 only for a
     LoRA on CUDA with ``bf16`` (the frozen base); a full fine-tune keeps fp32 weights under bf16 autocast.
+    Dropout is switched off (`disable_dropout`).
     """
     dtype = torch.bfloat16 if bf16 and lora_rank > 0 and device.type == "cuda" else torch.float32
     if name == "tiny" or name.startswith("random:"):
@@ -29,6 +30,7 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         tokenizer = AutoTokenizer.from_pretrained(name, padding_side="left")
         tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device)
+    disable_dropout(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora_rank > 0:
@@ -36,3 +38,26 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model, tokenizer
+
+
+def disable_dropout(model: Any) -> int:
+    """Set every dropout of ``model`` to 0 and return how many were not: each ``nn.Dropout``-like module's ``p``, and
+    each module's float ``*dropout`` attribute (transformers' attention passes ``attention_dropout`` to sdpa in
+    training mode).
+
+    RL needs it: the sampler draws in eval mode, while the loss's forward runs in training mode (gradient
+    checkpointing needs it), so with dropout the first update's ratio new / old would not start at 1. (TRL's trainers
+    do the same: ``disable_dropout``.)
+    """
+    from torch import nn
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            changed += module.p != 0
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float) and not isinstance(value, bool):
+                changed += value != 0
+                setattr(module, name, 0.0)
+    return changed

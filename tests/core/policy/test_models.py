@@ -16,3 +16,30 @@ def test_a_lora_rank_wraps_the_model_and_trains_only_the_adapters():
     model, _ = load_model("tiny", device=torch.device("cpu"), lora_rank=4)
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trained and all("lora_" in n for n in trained)
+
+
+def test_disable_dropout_zeroes_dropout_modules_and_attention_dropout_floats():
+    from torch import nn
+
+    from kevin.core.policy.models import disable_dropout
+
+    net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3), nn.Dropout(0.0))
+    net[0].attention_dropout = 0.1  # as transformers' attention modules hold it
+    assert disable_dropout(net) == 2  # the 0.3 module and the 0.1 float; the 0.0 one was already off
+    assert net[1].p == 0.0 and net[0].attention_dropout == 0.0
+
+
+def test_a_hub_model_with_attention_dropout_loads_without_it(tmp_path):
+    # saved with attention_dropout 0.5: in training mode (the loss's forward) two passes would differ
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    saved = build_tiny_model(tok, seed=0)
+    saved.config.attention_dropout = 0.5
+    saved.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    model, _ = load_model(str(tmp_path), device=torch.device("cpu"), bf16=False)
+    model.train()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, model(ids).logits)
