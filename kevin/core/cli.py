@@ -26,12 +26,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import logging
 import os
 import sys
 import textwrap
 import types
 import typing
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 __all__ = ["ConfigError", "parse_config", "field_docs", "config_help", "parse_value", "log_to_stderr"]
@@ -176,3 +178,28 @@ def parse_config(cls: type, argv: Sequence[str], *, defaults: Mapping[str, Any] 
         values[key] = parse_value(text, hints[key], name=key)
         i += 1
     return cls(**values)
+
+
+def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    """A training recipe's config: the command line over, in order, the run's saved ``config.json`` (with
+    ``--resume``, so that a run continues with its own settings), the preset of its ``--model`` (``presets``:
+    model name -> field defaults, e.g. the CPU-sized "tiny" one) and the dataclass's defaults.
+
+    ``cls`` needs the fields ``model``, ``resume`` and ``output_dir``. The saved ``resume`` and ``overwrite`` are not
+    carried over, nor fields ``cls`` no longer has. ``--help`` lists the defaults that apply to this command line.
+    """
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    rest = [a for a in argv if a not in ("-h", "--help")]
+    base = parse_config(cls, rest)
+    defaults: dict[str, Any] = dict((presets or {}).get(base.model, {}))
+    base = parse_config(cls, rest, defaults=defaults)
+    if base.resume:
+        saved_path = Path(base.output_dir) / "config.json"
+        if saved_path.is_file():
+            names = {f.name for f in dataclasses.fields(cls) if f.init}
+            saved = json.loads(saved_path.read_text())
+            defaults.update({k: v for k, v in saved.items() if k in names and k not in ("resume", "overwrite")})
+    if wants_help:
+        print(config_help(cls, defaults))
+        raise SystemExit(0)
+    return parse_config(cls, rest, defaults=defaults)

@@ -195,3 +195,33 @@ def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, ch
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_budget.png", "checkpoints", "rollouts")
+"""What a recipe writes into its output directory (files and folders)."""
+
+
+def earlier_run(out_dir: str | os.PathLike) -> list[str]:
+    """The names of `RUN_FILES` that ``out_dir`` holds already: an earlier run's, which a fresh run would overwrite
+    or mix with its own."""
+    out = Path(out_dir)
+    return [name for name in RUN_FILES if (out / name).exists()]
+
+
+def delete_earlier_run(out_dir: str | os.PathLike) -> list[str]:
+    """Delete an earlier run's `RUN_FILES` from ``out_dir`` (nothing else in it) and return their names."""
+    import shutil
+
+    out = Path(out_dir)
+    names = earlier_run(out)
+    for name in names:
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return names
+
+
+def earlier_run_message(out_dir: str | os.PathLike, names: list[str], *, resumable: bool) -> str:
+    """What a recipe says when it refuses to start a fresh run over an earlier one."""
+    how = "--resume latest to continue it, " if resumable else ""
+    return (f"{out_dir} holds an earlier run ({', '.join(names)}); use {how}--overwrite to delete it and start "
+            f"afresh, or another --output_dir")

@@ -216,3 +216,61 @@ def test_the_response_budget_is_raised_after_the_given_step(tmp_path):
     longest = [max(len(t.response_ids) for tr in load_rollout(tmp_path / "out" / "rollouts" / f"step_{k:06d}.jsonl.gz")
                    for t in tr.turns) for k in (1, 2)]
     assert longest == [8, 12]
+
+
+def _recipe_raw(name: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, str(ROOT / "recipes" / name), *SMALL, "--output_dir", str(out), *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)  # same code in both recipes
+def test_a_fresh_run_into_an_earlier_runs_directory_is_refused_and_changes_nothing(two_steps):
+    name, out = two_steps
+    before = {p: p.read_bytes() for p in [out / "config.json", out / "metrics.jsonl"]}
+    proc = _recipe_raw(name, out, "--steps", "1", "--seed", "7")
+    assert proc.returncode != 0 and "holds an earlier run" in proc.stderr and "--overwrite" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
+
+
+@pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)
+def test_overwrite_deletes_the_earlier_run_before_starting_afresh(two_steps, tmp_path):
+    import shutil
+
+    name, out = two_steps
+    copy = shutil.copytree(out, tmp_path / "run")
+    run_recipe(name, copy, "--steps", "1", "--overwrite")
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == ["step_000001"]
+    assert sorted(p.name for p in (copy / "rollouts").iterdir()) == ["step_000001.jsonl.gz"]
+    assert [r["step"] for r in read_jsonl(copy / "metrics.jsonl")] == [0, 1]
+
+
+@pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)
+def test_resume_latest_continues_with_the_runs_own_options(two_steps, tmp_path):
+    import shutil
+
+    name, out = two_steps
+    copy = shutil.copytree(out, tmp_path / "run")
+    saved = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**saved, "gamma": 0.2}))  # as if it had started with --gamma 0.2
+    proc = run_recipe(name, copy, "--steps", "3", "--resume", "latest")
+    assert "'steps': (2, 3)" in proc.stdout and "gamma" not in proc.stdout.split("options changed since")[1][:200]
+    assert json.loads((copy / "config.json").read_text())["gamma"] == 0.2
+    assert [r["step"] for r in read_jsonl(copy / "metrics.jsonl")][-1] == 3
+
+
+def test_a_bad_reward_option_stops_the_recipe_before_any_work(tmp_path):
+    for bad in (["--gamma", "1.5"], ["--loss_aggregation", "foo"], ["--micro_batch_size", "0"], ["--top_p", "0"]):
+        proc = _recipe_raw("train_multiturn.py", tmp_path / "run", *bad)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, (bad, proc.stderr[-2000:])
+        assert not (tmp_path / "run").exists()
+    assert "gamma must be in [0, 1], got 1.5" in _recipe_raw("train_multiturn.py", tmp_path / "run", "--gamma",
+                                                              "1.5").stderr
+
+
+def test_help_lists_the_tiny_presets_defaults():
+    proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "train_multiturn.py"), "--help"], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert "--output_dir (str, default 'runs/tiny')" in proc.stdout and "--backend (str, default 'cpu')" in proc.stdout
