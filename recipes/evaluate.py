@@ -26,8 +26,9 @@ result: the tiny random model writes no parseable kernel, so every number is 0.
 
 Launch:
     python recipes/evaluate.py                                    # CPU: tiny model, 2 tasks, 4x2 + 8x1, ~1 min
-    python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts; runs nothing
-    python recipes/evaluate.py --model runs/tiny                  # a training run (its latest checkpoint)
+    python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts there; runs nothing
+    python recipes/evaluate.py --model runs/tiny                  # a training run's latest checkpoint, into
+                                                                  # runs/tiny/evaluation
     python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
         # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
     OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
@@ -50,6 +51,7 @@ import torch
 
 from kevin.core import report
 from kevin.core.cli import ConfigError, log_to_stderr, parse_config
+from kevin.core.tracking import delete_earlier_run, earlier_run, earlier_run_message
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,14 @@ class Config:
     """prompt budget; the earliest turns are dropped first when a refinement prompt exceeds it"""
     device: str | None = None
     """sandbox device: 'cuda' or 'cpu' (default: cuda when available), also the task sizes used"""
-    output_dir: str = "runs/evaluate"
-    """where rollouts, metrics.jsonl, report.md and the plots go"""
+    output_dir: str | None = None
+    """where rollouts, metrics.jsonl, report.md and the plots go (default: <run>/evaluation for a training run's
+    --model, the --from_rollouts directory when re-reporting, else runs/evaluate)"""
+    overwrite: bool = False
+    """evaluate into an output_dir that holds an earlier evaluation, deleting it first (without it: refused)"""
     from_rollouts: str | None = None
-    """re-report the rollouts saved in this directory (an earlier output_dir); runs no model"""
+    """re-report the rollouts saved in this directory (an earlier output_dir; the configurations its config.json
+    lists, or --configs); runs no model"""
     n_bootstrap: int = 1000
     """bootstrap resamples over tasks for every confidence interval"""
     alpha: float = 0.05
@@ -179,13 +185,26 @@ def main(argv: list[str]) -> Path:
     tiny = not cfg.api_model and (cfg.model == "tiny" or (run is not None and run[1].get("model") == "tiny"))
     requested = cfg.configs
     pairs = parse_configs(cfg.configs or ("4x2,8x1" if tiny else "16x8,32x4,128x1"))
+    small = {k: getattr(cfg, k) for k in ("max_tasks", "max_new_tokens", "max_prompt_tokens", "n_bootstrap")
+             if getattr(cfg, k) is not None and getattr(cfg, k) < 1}
+    if small or not 0 < cfg.alpha < 1:
+        raise SystemExit(f"these options must be >= 1: {small}" if small else f"--alpha must be in (0, 1), got {cfg.alpha}")
+    default_out = (cfg.from_rollouts if cfg.from_rollouts else
+                   str(run[0].parent.parent / "evaluation") if run is not None else "runs/evaluate")
     cfg = dataclasses.replace(
         cfg, configs=",".join(f"{m}x{n}" for m, n in pairs),
         max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if tiny else None),
-        max_new_tokens=cfg.max_new_tokens or (64 if tiny else 16384),
-        device=cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else (64 if tiny else 16384),
+        device=cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        output_dir=cfg.output_dir or default_out)
     out = Path(cfg.output_dir)
     rollout_dir = out / "rollouts"
+    same_place = cfg.from_rollouts is not None and out.resolve() == Path(cfg.from_rollouts).resolve()
+    earlier = [] if same_place else earlier_run(out)  # re-reporting in place only rewrites the report
+    if earlier and not cfg.overwrite:
+        raise SystemExit(earlier_run_message(out, earlier, resumable=False))
+    if earlier:
+        print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier evaluation in {out}")
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(dataclasses.asdict(cfg), indent=1))
 
@@ -199,7 +218,9 @@ def main(argv: list[str]) -> Path:
         saved = source / "config.json"  # the settings of the run that made the rollouts, when known
         settings = {**(json.loads(saved.read_text()) if saved.exists() else {}), "from_rollouts": str(source)}
         source = source / "rollouts" if (source / "rollouts").is_dir() else source
-        wanted = {f"{m}x{n}" for m, n in pairs} if requested else None  # default: every saved one
+        # default: the configurations the saved run made (its config.json), else every saved one
+        made = settings.get("configs") if saved.exists() else None
+        wanted = {f"{m}x{n}" for m, n in pairs} if requested else set(made.split(",")) if made else None
         found = [p for p in source.glob("*.jsonl") if re.fullmatch(r"\d+x\d+", p.stem)]
         for path in sorted(found, key=lambda p: (-int(p.stem.split("x")[1]), int(p.stem.split("x")[0]))):
             if wanted is None or path.stem in wanted:
@@ -213,7 +234,9 @@ def main(argv: list[str]) -> Path:
         from kevin.sandbox import Sandbox
 
         tasks = load_tasks(cfg.tasks) if cfg.tasks else builtin_tasks(split="eval")
-        tasks = tasks[: cfg.max_tasks] if cfg.max_tasks else tasks
+        tasks = tasks[: cfg.max_tasks] if cfg.max_tasks is not None else tasks
+        if not tasks:
+            raise SystemExit(f"no tasks to evaluate: {cfg.tasks or 'the built-in eval split'} gave none")
         policy = build_policy(cfg)
         sandbox = Sandbox(cfg.device)
         print(f"{len(tasks)} tasks on {cfg.device}; configurations {cfg.configs}")

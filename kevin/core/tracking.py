@@ -197,8 +197,10 @@ def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, ch
     return path
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_budget.png", "checkpoints", "rollouts")
-"""What a recipe writes into its output directory (files and folders)."""
+RUN_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_budget.png", "checkpoints", "rollouts",
+             "evaluation")
+"""What a recipe writes into its output directory (files and folders; ``evaluation``: evaluate.py's default output
+for a training run)."""
 
 
 def earlier_run(out_dir: str | os.PathLike) -> list[str]:

@@ -242,6 +242,9 @@ def _refused(*args: str) -> str:
     (("--engine", "vllm"), "--engine vllm needs a real model"),
     (("--api_model", "o4-mini", "--engine", "vllm"), "--engine vllm is for --model"),
     (("--n_turns", "3"), "unknown option --n_turns"),
+    (("--max_tasks", "0"), "these options must be >= 1: {'max_tasks': 0}"),  # not "all tasks"
+    (("--max_new_tokens", "0"), "these options must be >= 1: {'max_new_tokens': 0}"),  # not the default 64
+    (("--alpha", "2"), "--alpha must be in (0, 1), got 2.0"),
 ])
 def test_a_wrong_option_is_one_line_naming_it(args, message):
     assert message in _refused(*args)
@@ -259,3 +262,33 @@ def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path):
     partial = read_jsonl(out / "rollouts" / "2x2.partial.jsonl")
     assert [len(row["turns"]) for row in partial] == [1, 1]  # turn 1 of both trajectories, kept
     assert not (out / "rollouts" / "2x2.jsonl").exists()
+
+
+def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert "no tasks to evaluate" in _refused("--tasks", str(tmp_path / "empty.jsonl"), "--output_dir",
+                                              str(tmp_path / "out"))
+
+
+def test_from_rollouts_reports_only_the_configurations_its_evaluation_made(tmp_path):
+    # the folder also holds 4x1.jsonl from another evaluation; its config.json says it made 2x2 only
+    serial = [_traj(0, 0, [_turn(), _turn(2.0)]), _traj(0, 1, [_turn(1.0), _turn()])]
+    save_rollout(serial, tmp_path / "saved" / "rollouts" / "2x2.jsonl")
+    save_rollout([_traj(0, g, [_turn(1.5)]) for g in range(4)], tmp_path / "saved" / "rollouts" / "4x1.jsonl")
+    (tmp_path / "saved" / "config.json").write_text(json.dumps({"model": "m", "configs": "2x2"}))
+    run_recipe("--from_rollouts", str(tmp_path / "saved"), "--n_bootstrap", "50")  # the report goes beside them
+    budget = [r["config"] for r in read_jsonl(tmp_path / "saved" / "metrics.jsonl") if r["table"] == "budget"]
+    assert budget == ["2x2"]
+
+
+@pytest.mark.timeout(240)
+def test_a_fresh_evaluation_over_an_earlier_one_is_refused_unless_overwrite(tmp_path):
+    out = tmp_path / "eval"
+    save_rollout([_traj(0, 0, [_turn(1.5)])], out / "rollouts" / "1x1.jsonl")  # an earlier evaluation's
+    before = (out / "rollouts" / "1x1.jsonl").read_bytes()
+    small = ("--output_dir", str(out), "--configs", "2x1", "--max_tasks", "1", "--max_new_tokens", "8",
+             "--n_bootstrap", "50")
+    assert "holds an earlier run (rollouts)" in _refused(*small)
+    assert (out / "rollouts" / "1x1.jsonl").read_bytes() == before
+    run_recipe(*small, "--overwrite")
+    assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["2x1.jsonl"]
