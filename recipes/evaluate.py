@@ -51,6 +51,7 @@ import torch
 
 from kevin.core import report
 from kevin.core.cli import ConfigError, log_to_stderr, parse_config
+from kevin.core.policy.models import ModelNameError, check_model_name
 from kevin.core.tracking import delete_earlier_run, earlier_run, earlier_run_message
 
 
@@ -166,6 +167,7 @@ def build_policy(cfg: Config):
     run = training_run(cfg.model)
     if run is not None:
         return TransformersPolicy(*load_trained_model(*run), **sampling)
+    check_model_name(cfg.model)
     on_gpu = torch.cuda.is_available()
     load = dict(dtype=torch.bfloat16 if on_gpu else torch.float32, device_map="cuda" if on_gpu else None)
     if (Path(cfg.model) / "adapter_config.json").exists():  # a LoRA checkpoint: base + adapter
@@ -283,5 +285,5 @@ if __name__ == "__main__":
     log_to_stderr()  # the library's lines: one per rollout turn, warnings
     try:
         main(sys.argv[1:])
-    except ConfigError as exc:  # a mistyped option: say so, without a traceback
+    except (ConfigError, ModelNameError) as exc:  # a mistyped option or model: say so, without a traceback
         raise SystemExit(f"{Path(__file__).name}: {exc}") from None

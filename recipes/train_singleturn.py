@@ -41,7 +41,7 @@ from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_chec
 from kevin.core.cli import ConfigError, log_to_stderr, parse_run_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
-from kevin.core.policy.models import load_model
+from kevin.core.policy.models import ModelNameError, load_model
 from kevin.core.records import load_rollout, save_rollout, turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
@@ -220,6 +220,8 @@ def main(argv: list[str]) -> None:
                                 top_p=cfg.top_p, mode=cfg.generation_mode)
 
     all_tasks = builtin_tasks(split="train") if cfg.tasks == "builtin" else load_tasks(cfg.tasks)
+    if not all_tasks:
+        raise SystemExit(f"--tasks {cfg.tasks}: no tasks loaded")
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
@@ -416,5 +418,5 @@ if __name__ == "__main__":
     log_to_stderr()  # the library's lines: one per rollout turn, warnings
     try:
         main(sys.argv[1:])
-    except ConfigError as exc:  # a mistyped option: say so, without a traceback
+    except (ConfigError, ModelNameError) as exc:  # a mistyped option or model: say so, without a traceback
         raise SystemExit(f"{Path(__file__).name}: {exc}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
             model = build_random_model(name.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        check_model_name(name)
         tokenizer = AutoTokenizer.from_pretrained(name, padding_side="left")
         tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device)
@@ -38,6 +40,31 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model, tokenizer
+
+
+class ModelNameError(ValueError):
+    """A ``--model`` that names no model: a local path that does not exist, or a training run's directory."""
+
+
+def check_model_name(name: str) -> None:
+    """Raise `ModelNameError` for a name that is meant as a local path but names no model, before ``from_pretrained``
+    would take it for a hub id (and, offline, retry the hub for a minute):
+
+    - a path that does not exist and starts with ``.``, ``/`` or ``~``, or whose first component is a local directory
+      (``runs/x`` where ``runs/`` exists);
+    - a training run's output directory (``config.json`` and ``checkpoints/``): its weights are in its checkpoints.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "checkpoints").is_dir() and (path / "config.json").is_file() \
+            and not (path / "model.safetensors").exists():
+        raise ModelNameError(f"{name} is a training run's directory, not a model: continue it with --resume latest "
+                             f"--output_dir {name}, or evaluate it with recipes/evaluate.py --model {name}")
+    if path.exists():
+        return
+    first = Path(name).parts[0] if Path(name).parts else ""
+    if name.startswith((".", "/", "~")) or (len(Path(name).parts) > 1 and Path(first).is_dir()):
+        raise ModelNameError(f"--model {name}: no such local directory (and not a Hugging Face id, since {first!r} "
+                             "is a local path)")
 
 
 def disable_dropout(model: Any) -> int:

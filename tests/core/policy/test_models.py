@@ -43,3 +43,28 @@ def test_a_hub_model_with_attention_dropout_loads_without_it(tmp_path):
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, model(ids).logits)
+
+
+def test_a_mistyped_local_path_is_named_not_sent_to_the_hub(tmp_path, monkeypatch):
+    import pytest
+
+    from kevin.core.policy.models import ModelNameError, check_model_name
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(ModelNameError, match="no such local directory"):
+        check_model_name("runs/nonexistent")  # runs/ is here: a path, not the hub id "runs/nonexistent"
+    with pytest.raises(ModelNameError, match="no such local directory"):
+        check_model_name("./model")
+    check_model_name("Qwen/QwQ-32B")  # no local Qwen/: left to the hub
+
+
+def test_a_training_runs_directory_is_not_a_model(tmp_path):
+    import pytest
+
+    from kevin.core.policy.models import ModelNameError, check_model_name
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelNameError, match="--resume latest"):
+        check_model_name(str(tmp_path))
