@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200 (stop 20, call B): the GPU tests of kevin.core with the final code of stop 20 (Generation.in_thought from the prompt tail, disable_dropout in load_model; was: the review's
-# fixes: Inductor's CUDA-graph rerecord limit patched while sampling).
+# One device call on nvidia-h200 (stop 20, call B): the GPU tests of kevin.core with stop 20's code
+# (Generation.in_thought read from the prompt's tail, load_model's disable_dropout).
 set -u
 export PYTHONUNBUFFERED=1
 O=/tmp/o20b; mkdir -p $O
