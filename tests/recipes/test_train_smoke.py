@@ -274,3 +274,9 @@ def test_help_lists_the_tiny_presets_defaults():
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "train_multiturn.py"), "--help"], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     assert "--output_dir (str, default 'runs/tiny')" in proc.stdout and "--backend (str, default 'cpu')" in proc.stdout
+
+
+def test_an_empty_task_file_stops_training_with_a_message(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    proc = _recipe_raw("train_multiturn.py", tmp_path / "run", "--tasks", str(tmp_path / "empty.jsonl"))
+    assert proc.returncode != 0 and "no tasks loaded" in proc.stderr and "Traceback" not in proc.stderr
