@@ -96,6 +96,10 @@ class Config:
     """seed of sampling and of the bootstrap"""
 
 
+EVALUATION_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_budget.png", "rollouts")
+"""What an evaluation writes into its output_dir, and all that --overwrite deletes there."""
+
+
 def parse_configs(text: str) -> list[tuple[int, int]]:
     """'16x8,32x4' -> [(16, 8), (32, 4)]"""
     pairs = [tuple(int(v) for v in part.lower().split("x")) for part in text.split(",") if part.strip()]
@@ -201,12 +205,19 @@ def main(argv: list[str]) -> Path:
         output_dir=cfg.output_dir or default_out)
     out = Path(cfg.output_dir)
     rollout_dir = out / "rollouts"
-    same_place = cfg.from_rollouts is not None and out.resolve() == Path(cfg.from_rollouts).resolve()
-    earlier = [] if same_place else earlier_run(out)  # re-reporting in place only rewrites the report
+    if (out / "checkpoints").exists():
+        raise SystemExit(f"{out} holds a training run (checkpoints/): evaluate into another --output_dir (for a "
+                         "training run's --model the default is <run>/evaluation)")
+    if (out / "config.json").is_file() and "configs" not in json.loads((out / "config.json").read_text()):
+        raise SystemExit(f"{out} holds a config.json that is not an evaluation's (a model's?): use another --output_dir")
+    source = Path(cfg.from_rollouts).resolve() if cfg.from_rollouts else None
+    beside = source is not None and out.resolve() in (source, source.parent)  # re-reporting in place: the report only
+    earlier = [] if beside else earlier_run(out, EVALUATION_FILES)
     if earlier and not cfg.overwrite:
         raise SystemExit(earlier_run_message(out, earlier, resumable=False))
     if earlier:
-        print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier evaluation in {out}")
+        print(f"--overwrite: deleted {', '.join(delete_earlier_run(out, EVALUATION_FILES))} of the earlier evaluation "
+              f"in {out}")
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(dataclasses.asdict(cfg), indent=1))
 

@@ -83,10 +83,10 @@ class Config:
     n_turns: int = 4
     """T: refinement turns per trajectory (paper: 4 in training)"""
     max_new_tokens: int = 16384
-    """response budget per turn (paper: 16k, raised to 22k after step 30: ``raised_max_new_tokens``)"""
-    raised_max_new_tokens: int | None = 22528
-    """response budget from RL step ``raise_max_new_tokens_at`` on (paper: 22k after step 30); None: never raised.
-    Dr. GRPO's constant (``--loss_aggregation seq-mean-token-sum-norm``) follows the budget"""
+    """response budget per turn (paper: 16k, raised to 22k after step 30: ``raise_max_new_tokens_by``)"""
+    raise_max_new_tokens_by: float = 1.375
+    """from RL step ``raise_max_new_tokens_at`` on, the response budget is max_new_tokens times this (paper: 16k ->
+    22k, 1.375; 1: never raised). Dr. GRPO's constant (``--loss_aggregation seq-mean-token-sum-norm``) follows it"""
     raise_max_new_tokens_at: int = 30
     """how many RL steps run at ``max_new_tokens`` before the raise (paper: 30)"""
     max_prompt_tokens: int | None = 8192
@@ -158,16 +158,16 @@ class Config:
 
 
 # CPU-sized defaults used when --model tiny (anything on the command line still wins).
-TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raised_max_new_tokens=None,
+TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raise_max_new_tokens_by=1.0,
             max_prompt_tokens=None, backend="cpu",
             bf16=False, gradient_checkpointing=False, steps=3, micro_batch_size=8, lr=1e-4, output_dir="runs/tiny")
 
 
 def response_budget(cfg: Config, step: int) -> int:
-    """max_new_tokens of RL step ``step`` (0-based): ``raised_max_new_tokens`` once ``raise_max_new_tokens_at`` steps
-    have run (the paper's 16k -> 22k after step 30), else ``max_new_tokens``."""
-    if cfg.raised_max_new_tokens is not None and step >= cfg.raise_max_new_tokens_at:
-        return cfg.raised_max_new_tokens
+    """max_new_tokens of RL step ``step`` (0-based): ``max_new_tokens * raise_max_new_tokens_by`` once
+    ``raise_max_new_tokens_at`` steps have run (the paper's 16,384 -> 22,528 after step 30), else ``max_new_tokens``."""
+    if step >= cfg.raise_max_new_tokens_at:
+        return round(cfg.max_new_tokens * cfg.raise_max_new_tokens_by)
     return cfg.max_new_tokens
 
 
@@ -188,8 +188,8 @@ def check_options(cfg: Config) -> None:
         raise ConfigError(f"these options must be >= 1: {small}")
     if not cfg.temperature > 0 or not 0 < cfg.top_p <= 1:
         raise ConfigError(f"need --temperature > 0 and --top_p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
-    if getattr(cfg, "raised_max_new_tokens", None) is not None and cfg.raised_max_new_tokens < 1:
-        raise ConfigError(f"--raised_max_new_tokens must be >= 1 (or none: never raised), got {cfg.raised_max_new_tokens}")
+    if not cfg.raise_max_new_tokens_by >= 1:
+        raise ConfigError(f"--raise_max_new_tokens_by must be >= 1 (1: never raised), got {cfg.raise_max_new_tokens_by}")
 
 
 def build_model(cfg: Config, device: torch.device):
@@ -204,7 +204,7 @@ def main(argv: list[str]) -> None:
 
     # ------------------------------------------------------------------ setup (accelerate, model, data)
     from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
+    from accelerate.utils import broadcast_object_list, gather_object, set_seed
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
@@ -219,12 +219,12 @@ def main(argv: list[str]) -> None:
     if cfg.tasks_per_step % world:
         raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
     out = Path(cfg.output_dir)
-    if not cfg.resume and not cfg.debug_fixed_batch and earlier_run(out):  # a fresh run would mix with it
-        if not cfg.overwrite:
-            raise SystemExit(earlier_run_message(out, earlier_run(out), resumable=True))
-        acc.wait_for_everyone()  # every process has looked before the main one deletes
-        if main_proc:
-            acc.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier run in {out}")
+    fresh = not cfg.resume and not cfg.debug_fixed_batch
+    earlier = broadcast_object_list([earlier_run(out) if fresh and main_proc else []])[0]  # main decides for all
+    if earlier and not cfg.overwrite:  # a fresh run would mix with it
+        raise SystemExit(earlier_run_message(out, earlier, resumable=True))
+    if earlier and main_proc:
+        acc.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier run in {out}")
     acc.wait_for_everyone()
     set_seed(cfg.seed)  # identical model init on every process
     model, tokenizer = build_model(cfg, acc.device)

@@ -180,7 +180,7 @@ def main(argv: list[str]) -> None:
 
     # ------------------------------------------------------------------ setup (accelerate, model, data)
     from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
+    from accelerate.utils import broadcast_object_list, gather_object, set_seed
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
@@ -195,12 +195,12 @@ def main(argv: list[str]) -> None:
     if cfg.tasks_per_step % world:
         raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
     out = Path(cfg.output_dir)
-    if not cfg.resume and not cfg.debug_fixed_batch and earlier_run(out):  # a fresh run would mix with it
-        if not cfg.overwrite:
-            raise SystemExit(earlier_run_message(out, earlier_run(out), resumable=True))
-        acc.wait_for_everyone()  # every process has looked before the main one deletes
-        if main_proc:
-            acc.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier run in {out}")
+    fresh = not cfg.resume and not cfg.debug_fixed_batch
+    earlier = broadcast_object_list([earlier_run(out) if fresh and main_proc else []])[0]  # main decides for all
+    if earlier and not cfg.overwrite:  # a fresh run would mix with it
+        raise SystemExit(earlier_run_message(out, earlier, resumable=True))
+    if earlier and main_proc:
+        acc.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier run in {out}")
     acc.wait_for_everyone()
     set_seed(cfg.seed)  # identical model init on every process
     model, tokenizer = build_model(cfg, acc.device)

@@ -185,8 +185,10 @@ def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Ma
     ``--resume``, so that a run continues with its own settings), the preset of its ``--model`` (``presets``:
     model name -> field defaults, e.g. the CPU-sized "tiny" one) and the dataclass's defaults.
 
-    ``cls`` needs the fields ``model``, ``resume`` and ``output_dir``. The saved ``resume`` and ``overwrite`` are not
-    carried over, nor fields ``cls`` no longer has. ``--help`` lists the defaults that apply to this command line.
+    ``cls`` needs the fields ``model``, ``resume`` and ``output_dir``. The saved config is the ``config.json`` of the
+    run that wrote the checkpoint (``<output_dir>/config.json`` for ``--resume latest``; two levels above a checkpoint
+    directory); its ``model`` picks the preset. The saved ``resume`` and ``overwrite`` are not carried over, nor fields
+    ``cls`` no longer has. ``--help`` lists the defaults that apply to this command line.
     """
     wants_help = any(a in ("-h", "--help") for a in argv)
     rest = [a for a in argv if a not in ("-h", "--help")]
@@ -194,10 +196,12 @@ def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Ma
     defaults: dict[str, Any] = dict((presets or {}).get(base.model, {}))
     base = parse_config(cls, rest, defaults=defaults)
     if base.resume:
-        saved_path = Path(base.output_dir) / "config.json"
+        run_dir = Path(base.output_dir) if base.resume == "latest" else Path(base.resume).parent.parent
+        saved_path = run_dir / "config.json"
         if saved_path.is_file():
             names = {f.name for f in dataclasses.fields(cls) if f.init}
             saved = json.loads(saved_path.read_text())
+            defaults = dict((presets or {}).get(saved.get("model", base.model), {}))  # the saved run's preset
             defaults.update({k: v for k, v in saved.items() if k in names and k not in ("resume", "overwrite")})
     if wants_help:
         print(config_help(cls, defaults))

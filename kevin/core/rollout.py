@@ -101,9 +101,8 @@ def rollout(
             default :func:`kevin.data.prompts.build_messages`. Swap it (and ``parse_response``) to run the
             loop in a synthetic environment.
         parse_response: ``text -> object with thought, code, summary, error``; default
-            :func:`kevin.data.parse.parse_response`. A generation whose prompt opened the thought
-            (``in_thought``) is parsed with ``<think>`` put back in front of its text, so that a response that
-            stops without ``</think>`` has no answer.
+            :func:`kevin.data.parse.parse_response`, which is also told whether the prompt opened the thought
+            (``Generation.in_thought``), so that a response that stops without ``</think>`` has no answer.
         progress: show a tqdm bar over turns, with the stage of the current one (a log line per turn goes to the
             ``kevin.core.rollout`` logger either way). Without tqdm installed, no bar.
 
@@ -113,7 +112,13 @@ def rollout(
     if build_messages is None:
         from kevin.data.prompts import build_messages
     if parse_response is None:
-        from kevin.data.parse import parse_response
+        from kevin.data.parse import parse_response as parse_default
+
+        def parse(g: Any) -> Any:
+            return parse_default(g.text, in_thought=bool(getattr(g, "in_thought", False)))
+    else:
+        def parse(g: Any) -> Any:
+            return parse_response(g.text)
     from kevin.data.prompts import Attempt
 
     tasks = list(tasks)
@@ -164,7 +169,7 @@ def rollout(
             if len(generations) != len(conversations):
                 raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
 
-            parsed = [parse_response(_answer_text(g)) for g in generations]
+            parsed = [parse(g) for g in generations]
             results: list[EvalResult | None] = [None] * len(slots)
             jobs, job_slots = [], []
             for k, (g, p) in enumerate(zip(generations, parsed)):
@@ -245,15 +250,6 @@ def rollout(
 def _console_handler(log: logging.Logger) -> bool:
     """Whether ``log`` itself has a handler writing to stdout or stderr."""
     return any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr) for h in log.handlers)
-
-
-def _answer_text(generation: Any) -> str:
-    """The text the parser reads: ``<think>\n`` + text when the prompt opened the thought and the text does not
-    open one itself (`kevin.core.policy.Generation.in_thought`), else the text."""
-    text = generation.text
-    if getattr(generation, "in_thought", False) and "<think>" not in text:
-        return "<think>\n" + text
-    return text
 
 
 def _generation_weights(generations: Sequence[Any]) -> list[float]:

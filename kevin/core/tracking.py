@@ -203,22 +203,26 @@ RUN_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_bu
 for a training run)."""
 
 
-def earlier_run(out_dir: str | os.PathLike) -> list[str]:
-    """The names of `RUN_FILES` that ``out_dir`` holds already: an earlier run's, which a fresh run would overwrite
-    or mix with its own."""
+def earlier_run(out_dir: str | os.PathLike, names: Iterable[str] = RUN_FILES) -> list[str]:
+    """The ``names`` (default `RUN_FILES`) that ``out_dir`` holds already: an earlier run's, which a fresh run would
+    overwrite or mix with its own."""
     out = Path(out_dir)
-    return [name for name in RUN_FILES if (out / name).exists()]
+    return [name for name in names if (out / name).exists() or (out / name).is_symlink()]
 
 
-def delete_earlier_run(out_dir: str | os.PathLike) -> list[str]:
-    """Delete an earlier run's `RUN_FILES` from ``out_dir`` (nothing else in it) and return their names."""
+def delete_earlier_run(out_dir: str | os.PathLike, names: Iterable[str] = RUN_FILES) -> list[str]:
+    """Delete an earlier run's ``names`` (default `RUN_FILES`) from ``out_dir`` (nothing else in it) and return those
+    it held."""
     import shutil
 
     out = Path(out_dir)
-    names = earlier_run(out)
-    for name in names:
+    names = earlier_run(out, names)
+    for name in sorted(names, key=lambda n: n == "config.json"):  # the config last: a failure leaves it
         path = out / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()  # a file, or a link (to a scratch disk, say): the link goes, what it points to stays
     return names
 
 

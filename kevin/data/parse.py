@@ -7,9 +7,10 @@ The paper leaves parsing open (kevin-method.md section 12.2); these are our rule
    ``<think>`` (chat templates such as QwQ's put ``<think>\\n`` in the generation prompt, so the sampled
    text starts inside the thought), the thought is everything before ``</think>``. A ``<think>`` that is
    never closed means the response ended mid-thought (cut off, or stopped): a parse failure (``error``
-   set, no code). With no tags at all the thought is None and the whole text is the answer; so a caller
-   whose prompt opened the thought passes the text with ``<think>`` put back in front (the rollout does,
-   for a `Generation.in_thought`), and code drafted while thinking never counts. The first ``</think>`` after the
+   set, no code). With no tags at all the thought is None and the whole text is the answer, unless the
+   caller says the prompt opened the thought (``in_thought=True``; the rollout passes
+   `Generation.in_thought`): then the text starts inside the thought, and without ``</think>`` it has
+   no answer, so code drafted while thinking never counts. The first ``</think>`` after the
    opening tag ends the thought.
 3. **Code.** Only the answer (the text after the thought) is searched, so code written while thinking
    never counts. A fenced block (```` ``` ```` or ``~~~``, any length >= 3, closed by a fence of the same
@@ -78,9 +79,12 @@ class _Block:
     end: int  # index in the answer's line list just past the closing fence
 
 
-def parse_response(text: str) -> ParsedResponse:
-    """Split ``text`` into thought, code and summary following the module's rules 1-6."""
+def parse_response(text: str, *, in_thought: bool = False) -> ParsedResponse:
+    """Split ``text`` into thought, code and summary following the module's rules 1-6. ``in_thought``: the prompt
+    ended with an open ``<think>``, so ``text`` starts inside the thought (rule 2)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if in_thought and not text.lstrip().startswith(_THINK_OPEN):
+        text = _THINK_OPEN + "\n" + text  # (a <think> quoted later in the text does not count as the opening)
     thought, answer, error = _split_thought(text)
     if error is not None:
         return ParsedResponse(thought=thought, code=None, summary=None, error=error)

@@ -127,3 +127,48 @@ def test_log_to_stderr_names_the_rank_when_there_are_several_processes(capfd, mo
         log.setLevel(saved[0])
         log.handlers[:] = saved[1]
     assert "[rank 1] kevin.core.rollout: turn 1/4: hello" in err
+
+
+@dataclass(frozen=True)
+class Run:
+    model: str = "tiny"
+    steps: int = 40
+    gamma: float = 0.4
+    resume: str = ""
+    overwrite: bool = False
+    output_dir: str = "runs/kevin"
+
+
+def test_resume_reads_the_runs_config_under_the_command_line(tmp_path):
+    import json
+
+    from kevin.core.cli import parse_run_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model": "big", "gamma": 0.2, "overwrite": True,
+                                                       "resume": "", "gone": 1, "output_dir": str(tmp_path)}))
+    presets = {"tiny": {"steps": 3, "gamma": 0.9}}
+    cfg = parse_run_config(Run, ["--resume", "latest", "--output_dir", str(tmp_path)], presets=presets)
+    # saved gamma 0.2 kept; resume / overwrite / unknown "gone" not carried; steps (not saved) comes from the saved
+    # model's preset ("big": none, so 40), not from the command line's default model "tiny" (3)
+    assert (cfg.model, cfg.steps, cfg.gamma, cfg.resume, cfg.overwrite) == ("big", 40, 0.2, "latest", False)
+    again = parse_run_config(Run, ["--resume", "latest", "--output_dir", str(tmp_path), "--gamma", "0.5"],
+                             presets=presets)
+    assert again.gamma == 0.5  # the command line wins over the saved config
+
+
+def test_resume_from_a_checkpoint_reads_the_config_two_levels_up(tmp_path):
+    import json
+
+    from kevin.core.cli import parse_run_config
+
+    (tmp_path / "checkpoints" / "step_000001").mkdir(parents=True)
+    (tmp_path / "config.json").write_text(json.dumps({"model": "big", "gamma": 0.2}))
+    cfg = parse_run_config(Run, ["--resume", str(tmp_path / "checkpoints" / "step_000001")])
+    assert cfg.gamma == 0.2
+
+
+def test_a_fresh_run_gets_the_models_preset():
+    from kevin.core.cli import parse_run_config
+
+    assert parse_run_config(Run, [], presets={"tiny": {"steps": 3}}).steps == 3
+    assert parse_run_config(Run, ["--model", "big"], presets={"tiny": {"steps": 3}}).steps == 40

@@ -111,6 +111,13 @@ def test_code_drafted_in_a_thought_that_never_closes_is_not_submitted():
     assert turn.response_text == draft  # the text as sampled; only the parser saw the tag put back
 
 
+def test_a_summary_that_quotes_the_think_tag_keeps_its_answer():
+    text = response("Okay, go.", CODE.format(i=0), "I kept the <think> tags out of the kernel.")
+    trajs, sandbox = _run(ScriptedPolicy([text], in_thought=True), g=1, t=1)
+    turn = trajs[0].turns[0]
+    assert turn.code == CODE.format(i=0) and turn.thought == "Okay, go." and len(sandbox.batches[0]) == 1
+
+
 def test_a_closed_thought_after_an_opened_prompt_parses_as_before():
     trajs, sandbox = _run(ScriptedPolicy([response("Okay, go.", CODE.format(i=0), "s")], in_thought=True), g=1, t=1)
     turn = trajs[0].turns[0]
@@ -317,6 +324,15 @@ def test_a_custom_environment_can_replace_prompts_and_parser():
 
     trajs, sandbox = _run(ScriptedPolicy(["42"]), g=1, t=2, build_messages=build, parse_response=P)
     assert seen == [0, 1] and [code for _, code in sandbox.batches[0]] == ["42"]
+
+
+def test_a_custom_parser_gets_the_text_as_sampled_even_when_the_prompt_opened_the_thought():
+    class P:
+        def __init__(self, text):
+            self.thought, self.code, self.summary, self.error = None, text, None, None
+
+    _, sandbox = _run(ScriptedPolicy(["42"], in_thought=True), g=1, t=1, parse_response=P)
+    assert [code for _, code in sandbox.batches[0]] == ["42"]
 
 
 # --- the real CPU sandbox -----------------------------------------------------------------------------

@@ -85,3 +85,19 @@ def test_markdown_table_leaves_missing_cells_empty():
 
     table = markdown_table([{"a": 1}, {"a": 2, "b": 0.5}], ["a", "b"])
     assert table.splitlines()[2:] == ["| 1 |  |", "| 2 | 0.500 |"]
+
+
+def test_delete_earlier_run_removes_the_runs_files_only_and_a_linked_folder_as_a_link(tmp_path):
+    from kevin.core.tracking import delete_earlier_run, earlier_run
+
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "notes.txt").write_text("mine")
+    scratch = tmp_path / "scratch"
+    (scratch / "step_000001").mkdir(parents=True)
+    (run / "checkpoints").symlink_to(scratch, target_is_directory=True)  # checkpoints on a scratch disk
+    assert sorted(earlier_run(run)) == ["checkpoints", "config.json", "rollouts"]
+    assert sorted(delete_earlier_run(run)) == ["checkpoints", "config.json", "rollouts"]
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+    assert (scratch / "step_000001").is_dir()  # the link went, not what it points to

@@ -128,3 +128,15 @@ def test_bare_program_after_prose_that_starts_with_from_is_found():
 def test_bare_program_interrupted_by_prose_is_ambiguous():
     text = "import torch\n\nNow the class, which does the work:\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
     assert parse_response(text).error == NO_CODE_ERROR
+
+
+def test_a_prompt_that_opened_the_thought_makes_an_unclosed_response_all_thought():
+    draft = f"Okay, a draft:\n{block(CODE)}\nHmm, wrong."
+    r = parse_response(draft, in_thought=True)
+    assert r.code is None and r.error == UNCLOSED_THINK_ERROR and r.thought.startswith("Okay, a draft")
+    assert parse_response(draft).code == CODE  # without it, the text is all answer
+
+
+def test_a_prompt_that_opened_the_thought_still_parses_a_closed_one():
+    r = parse_response(f"Okay.\n</think>\n{block(CODE)}\nI kept the <think> tag out.", in_thought=True)
+    assert r.thought == "Okay." and r.code == CODE and r.summary == "I kept the <think> tag out."

@@ -292,3 +292,23 @@ def test_a_fresh_evaluation_over_an_earlier_one_is_refused_unless_overwrite(tmp_
     assert (out / "rollouts" / "1x1.jsonl").read_bytes() == before
     run_recipe(*small, "--overwrite")
     assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["2x1.jsonl"]
+
+
+def test_overwrite_never_deletes_a_training_run_or_a_models_config(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"model": "tiny", "steps": 3}))
+    assert "holds a training run" in _refused("--output_dir", str(run), "--overwrite")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    assert "not an evaluation's" in _refused("--output_dir", str(model), "--overwrite")
+    assert (run / "config.json").exists() and (run / "checkpoints").is_dir() and (model / "config.json").exists()
+
+
+def test_rereporting_a_rollouts_folder_with_overwrite_keeps_the_rollouts(tmp_path):
+    saved = tmp_path / "evalA"
+    save_rollout([_traj(0, 0, [_turn(1.5)]), _traj(0, 1, [_turn()])], saved / "rollouts" / "2x1.jsonl")
+    run_recipe("--from_rollouts", str(saved / "rollouts"), "--output_dir", str(saved), "--overwrite",
+               "--n_bootstrap", "50")
+    assert (saved / "rollouts" / "2x1.jsonl").exists() and (saved / "report.md").exists()

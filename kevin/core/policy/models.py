@@ -51,7 +51,8 @@ def check_model_name(name: str) -> None:
     would take it for a hub id (and, offline, retry the hub for a minute):
 
     - a path that does not exist and starts with ``.``, ``/`` or ``~``, or whose first component is a local directory
-      (``runs/x`` where ``runs/`` exists);
+      of training runs (``runs/x`` where ``runs/`` holds runs: a hub id such as ``Qwen/QwQ-32B`` is left alone even
+      where a ``Qwen/`` folder of downloads exists);
     - a training run's output directory (``config.json`` and ``checkpoints/``): its weights are in its checkpoints.
     """
     path = Path(name).expanduser()
@@ -61,16 +62,19 @@ def check_model_name(name: str) -> None:
                              f"--output_dir {name}, or evaluate it with recipes/evaluate.py --model {name}")
     if path.exists():
         return
-    first = Path(name).parts[0] if Path(name).parts else ""
-    if name.startswith((".", "/", "~")) or (len(Path(name).parts) > 1 and Path(first).is_dir()):
-        raise ModelNameError(f"--model {name}: no such local directory (and not a Hugging Face id, since {first!r} "
-                             "is a local path)")
+    if name.startswith((".", "/", "~")):
+        raise ModelNameError(f"--model {name}: no such local directory")
+    parts = Path(name).parts
+    runs = Path(parts[0]) if len(parts) > 1 else None
+    if runs is not None and runs.is_dir() and any((d / "checkpoints").is_dir() for d in runs.iterdir() if d.is_dir()):
+        raise ModelNameError(f"--model {name}: no such local directory (and {parts[0]}/ holds training runs, so it is "
+                             "not meant as a Hugging Face id)")
 
 
 def disable_dropout(model: Any) -> int:
-    """Set every dropout of ``model`` to 0 and return how many were not: each ``nn.Dropout``-like module's ``p``, and
-    each module's float ``*dropout`` attribute (transformers' attention passes ``attention_dropout`` to sdpa in
-    training mode).
+    """Set every dropout of ``model`` to 0 and return how many were not: each ``nn.Dropout``-like module's ``p``, each
+    module's float ``*dropout`` attribute (transformers' attention passes ``attention_dropout`` to sdpa in training
+    mode), and the float ``*dropout`` fields of the model's configs (some forwards read them there).
 
     RL needs it: the sampler draws in eval mode, while the loss's forward runs in training mode (gradient
     checkpointing needs it), so with dropout the first update's ratio new / old would not start at 1. (TRL's trainers
@@ -79,6 +83,12 @@ def disable_dropout(model: Any) -> int:
     from torch import nn
 
     changed = 0
+    configs = [getattr(m, "config", None) for m in model.modules()]  # some models read the config in forward
+    for config in {id(c): c for c in configs if c is not None and hasattr(c, "to_dict")}.values():
+        for name, value in list(vars(config).items()):
+            if "dropout" in name and isinstance(value, float):
+                changed += value != 0
+                setattr(config, name, 0.0)
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
             changed += module.p != 0

@@ -51,12 +51,14 @@ def test_a_mistyped_local_path_is_named_not_sent_to_the_hub(tmp_path, monkeypatc
     from kevin.core.policy.models import ModelNameError, check_model_name
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "runs").mkdir()
-    with pytest.raises(ModelNameError, match="no such local directory"):
-        check_model_name("runs/nonexistent")  # runs/ is here: a path, not the hub id "runs/nonexistent"
+    (tmp_path / "runs" / "tiny" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ModelNameError, match="holds training runs"):
+        check_model_name("runs/nonexistent")  # runs/ holds runs here: a path, not the hub id "runs/nonexistent"
     with pytest.raises(ModelNameError, match="no such local directory"):
         check_model_name("./model")
     check_model_name("Qwen/QwQ-32B")  # no local Qwen/: left to the hub
+    (tmp_path / "Qwen" / "Qwen2.5-7B-Instruct").mkdir(parents=True)  # a download folder, not runs
+    check_model_name("Qwen/QwQ-32B")  # still left to the hub
 
 
 def test_a_training_runs_directory_is_not_a_model(tmp_path):
@@ -68,3 +70,13 @@ def test_a_training_runs_directory_is_not_a_model(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelNameError, match="--resume latest"):
         check_model_name(str(tmp_path))
+
+
+def test_disable_dropout_zeroes_the_configs_dropout_fields():
+    from kevin.core.policy.models import disable_dropout
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+
+    model = build_tiny_model(build_tiny_tokenizer(), seed=0)
+    model.config.attention_dropout = 0.25  # read again by nothing built yet: the config alone
+    disable_dropout(model)
+    assert model.config.attention_dropout == 0.0
