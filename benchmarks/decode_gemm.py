@@ -249,7 +249,7 @@ def main() -> None:
         row["best_vs_cublaslt"] = round(best / row["cublaslt_ms"], 3) if best else None
         results[name] = row
         print(name, json.dumps(row), flush=True)
-        del ws, bs
+        ws = bs = None  # this shape's 28 weight copies freed before the next
         torch.cuda.empty_cache()
 
     per_layer = {v: round(sum(results[s][v] for s in results if results[s].get(v)), 4)

@@ -46,15 +46,15 @@ from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
 from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    restore_training_state, rng_state, save_checkpoint, training_state)
-from kevin.core.cli import ConfigError, log_to_stderr, parse_run_config
+from kevin.core.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
 from kevin.core.loss import grpo_loss
 from kevin.core.metrics import metrics_dict
 from kevin.core.policy.models import ModelNameError, load_model
 from kevin.core.records import load_rollout, save_rollout, turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
-from kevin.core.tracking import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, delete_earlier_run,
-                                 drop_records_from, earlier_run, earlier_run_message, write_run_report)
+from kevin.core.tracking import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, claim_output_dir,
+                                 drop_records_from, write_run_report)
 from kevin.rewards import aggregate_rewards
 
 
@@ -171,27 +171,6 @@ def response_budget(cfg: Config, step: int) -> int:
     return cfg.max_new_tokens
 
 
-def check_options(cfg: Config) -> None:
-    """Raise ConfigError for an option that would otherwise fail only after the first rollout: the reward and loss
-    settings are tried on a one-sample input, the counts and sampling settings checked."""
-    try:
-        aggregate_rewards([0.0], gamma=cfg.gamma, mode=cfg.reward_mode)
-        zero = torch.zeros(1, 1)
-        grpo_loss(zero, zero, torch.zeros(1), torch.ones(1, 1), clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                  kl_coef=cfg.kl_coef, ref_logprobs=zero, aggregation=cfg.loss_aggregation,
-                  max_response_len=cfg.max_new_tokens)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    small = {k: getattr(cfg, k) for k in ("n_minibatches", "micro_batch_size", "max_new_tokens", "tasks_per_step",
-                                         "n_trajectories", "n_turns") if getattr(cfg, k) < 1}
-    if small:
-        raise ConfigError(f"these options must be >= 1: {small}")
-    if not cfg.temperature > 0 or not 0 < cfg.top_p <= 1:
-        raise ConfigError(f"need --temperature > 0 and --top_p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
-    if not cfg.raise_max_new_tokens_by >= 1:
-        raise ConfigError(f"--raise_max_new_tokens_by must be >= 1 (1: never raised), got {cfg.raise_max_new_tokens_by}")
-
-
 def build_model(cfg: Config, device: torch.device):
     """(model, tokenizer) for cfg.model on ``device``, LoRA-wrapped when cfg.lora (also rebuilt by evaluate.py)."""
     return load_model(cfg.model, device=device, seed=cfg.seed, bf16=cfg.bf16,
@@ -200,11 +179,11 @@ def build_model(cfg: Config, device: torch.device):
 
 def main(argv: list[str]) -> None:
     cfg = parse_run_config(Config, argv, presets={"tiny": TINY})  # --resume: the run's own config.json underneath
-    check_options(cfg)
+    check_training_config(cfg)  # bad reward / loss / sampling options stop here, before any work
 
     # ------------------------------------------------------------------ setup (accelerate, model, data)
     from accelerate import Accelerator
-    from accelerate.utils import broadcast_object_list, gather_object, set_seed
+    from accelerate.utils import gather_object, set_seed
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
@@ -219,13 +198,7 @@ def main(argv: list[str]) -> None:
     if cfg.tasks_per_step % world:
         raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
     out = Path(cfg.output_dir)
-    fresh = not cfg.resume and not cfg.debug_fixed_batch
-    earlier = broadcast_object_list([earlier_run(out) if fresh and main_proc else []])[0]  # main decides for all
-    if earlier and not cfg.overwrite:  # a fresh run would mix with it
-        raise SystemExit(earlier_run_message(out, earlier, resumable=True))
-    if earlier and main_proc:
-        acc.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out))} of the earlier run in {out}")
-    acc.wait_for_everyone()
+    claim_output_dir(acc, out, fresh=not cfg.resume and not cfg.debug_fixed_batch, overwrite=cfg.overwrite)
     set_seed(cfg.seed)  # identical model init on every process
     model, tokenizer = build_model(cfg, acc.device)
     ref_model = None

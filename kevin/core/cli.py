@@ -207,3 +207,34 @@ def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Ma
         print(config_help(cls, defaults))
         raise SystemExit(0)
     return parse_config(cls, rest, defaults=defaults)
+
+
+def check_training_config(cfg: Any) -> None:
+    """Raise ConfigError for a training recipe's option that would otherwise fail only after the first rollout.
+
+    The reward and loss settings (``gamma``, ``reward_mode``, ``clip_low`` / ``clip_high``, ``kl_coef``,
+    ``loss_aggregation``) are tried on a one-sample input, so their own functions' checks apply; the counts must be
+    >= 1, ``temperature`` > 0 and ``top_p`` in (0, 1]; ``raise_max_new_tokens_by``, where ``cfg`` has it, >= 1.
+    """
+    import torch
+
+    from kevin.core.loss import grpo_loss
+    from kevin.rewards import aggregate_rewards
+
+    try:
+        aggregate_rewards([0.0], gamma=cfg.gamma, mode=cfg.reward_mode)
+        zero = torch.zeros(1, 1)
+        grpo_loss(zero, zero, torch.zeros(1), torch.ones(1, 1), clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                  kl_coef=cfg.kl_coef, ref_logprobs=zero, aggregation=cfg.loss_aggregation,
+                  max_response_len=cfg.max_new_tokens)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    counts = ("n_minibatches", "micro_batch_size", "max_new_tokens", "tasks_per_step", "n_trajectories", "n_turns")
+    small = {k: getattr(cfg, k) for k in counts if getattr(cfg, k) < 1}
+    if small:
+        raise ConfigError(f"these options must be >= 1: {small}")
+    if not cfg.temperature > 0 or not 0 < cfg.top_p <= 1:
+        raise ConfigError(f"need --temperature > 0 and --top_p in (0, 1], got {cfg.temperature} and {cfg.top_p}")
+    factor = getattr(cfg, "raise_max_new_tokens_by", 1.0)
+    if not factor >= 1:
+        raise ConfigError(f"--raise_max_new_tokens_by must be >= 1 (1: never raised), got {factor}")

@@ -172,3 +172,37 @@ def test_a_fresh_run_gets_the_models_preset():
 
     assert parse_run_config(Run, [], presets={"tiny": {"steps": 3}}).steps == 3
     assert parse_run_config(Run, ["--model", "big"], presets={"tiny": {"steps": 3}}).steps == 40
+
+
+@dataclass(frozen=True)
+class Training:
+    gamma: float = 0.4
+    reward_mode: str = "sum"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    loss_aggregation: str = "seq-mean-token-mean"
+    max_new_tokens: int = 8
+    n_minibatches: int = 2
+    micro_batch_size: int = 4
+    tasks_per_step: int = 2
+    n_trajectories: int = 2
+    n_turns: int = 2
+    temperature: float = 0.9
+    top_p: float = 1.0
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"gamma": 1.5}, "gamma must be in [0, 1], got 1.5"),
+    ({"reward_mode": "mean"}, "unknown mode 'mean'"),
+    ({"loss_aggregation": "foo"}, "unknown aggregation 'foo'"),
+    ({"micro_batch_size": 0}, "these options must be >= 1: {'micro_batch_size': 0}"),
+    ({"top_p": 0.0}, "--top_p in (0, 1]"),
+])
+def test_check_training_config_names_the_bad_option(bad, message):
+    from kevin.core.cli import check_training_config
+
+    check_training_config(Training())  # the defaults pass
+    with pytest.raises(ConfigError) as info:
+        check_training_config(Training(**bad))
+    assert message in str(info.value)
