@@ -161,7 +161,7 @@ def main(argv: list[str]) -> None:
 
     # ------------------------------------------------------------------ setup (accelerate, model, data)
     from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
+    from accelerate.utils import broadcast_object_list, gather_object, set_seed
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
@@ -176,7 +176,8 @@ def main(argv: list[str]) -> None:
     if cfg.tasks_per_step % world:
         raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
     out = Path(cfg.output_dir)
-    claim_output_dir(acc, out, fresh=not cfg.resume and not cfg.debug_fixed_batch, overwrite=cfg.overwrite)
+    claim_output_dir(acc, out, fresh=not cfg.resume and not cfg.debug_fixed_batch, overwrite=cfg.overwrite,
+                     broadcast=broadcast_object_list)
     set_seed(cfg.seed)  # identical model init on every process
     model, tokenizer = build_model(cfg, acc.device)
     ref_model = None

@@ -233,14 +233,14 @@ def earlier_run_message(out_dir: str | os.PathLike, names: list[str], *, resumab
             f"afresh, or another --output_dir")
 
 
-def claim_output_dir(accelerator: Any, out_dir: str | os.PathLike, *, fresh: bool, overwrite: bool) -> None:
+def claim_output_dir(accelerator: Any, out_dir: str | os.PathLike, *, fresh: bool, overwrite: bool,
+                     broadcast: Any) -> None:
     """Before a fresh run (``fresh``) writes into ``out_dir``: exit with `earlier_run_message` when it holds an earlier
     run, or with ``overwrite`` delete that run's files (the main process). The main process looks and decides for every
-    process (a broadcast), so that all of them exit or go on together; all wait until the files are gone."""
-    from accelerate.utils import broadcast_object_list
-
+    process (``broadcast``: accelerate's ``broadcast_object_list``, passed in so that this module imports no
+    accelerate), so that all of them exit or go on together; all wait until the files are gone."""
     main = accelerator.is_main_process
-    earlier = broadcast_object_list([earlier_run(out_dir) if fresh and main else []])[0]
+    earlier = broadcast([earlier_run(out_dir) if fresh and main else []])[0]
     if earlier and not overwrite:  # a fresh run would mix with it
         raise SystemExit(earlier_run_message(out_dir, earlier, resumable=True))
     if earlier and main:
