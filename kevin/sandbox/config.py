@@ -12,6 +12,15 @@ def default_cache_dir() -> str:
     return os.environ.get("KEVIN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kevin")
 
 
+RULES: dict[str, dict[str, Any]] = {
+    "kevin": {"tolerance": 1e-3, "nn_modules_in_init": False},
+    "kernelbench": {"tolerance": 1e-2, "nn_modules_in_init": True},
+}
+"""The named rule sets: what differs between them (everything else of the sandbox is shared)."""
+
+BASELINES = ("eager", "tf32", "compile")
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """How a candidate is checked and timed.
@@ -25,13 +34,17 @@ class SandboxConfig:
     5
     """
 
+    rules: str = "kevin"
+    """which rule set judges a candidate: "kevin" (the paper's: no ``torch.nn`` modules or PyTorch compute in
+    ``ModelNew``, tolerances 1e-3) or "kernelbench" (KernelBench's: ``torch.nn`` modules may hold weights in
+    ``__init__`` as long as their forward never runs, tolerances 1e-2); the dynamic gate is the same under both"""
     n_input_sets: int = 4
     """correctness input sets per candidate, the variants in turn (task, signed, scaled, heavy-tailed): at least 4,
     since fewer would drop the heavy-tailed set, the defence against kernels that compute on a subsample"""
-    atol: float = 1e-3
-    """absolute tolerance, in units of the reference's RMS value"""
-    rtol: float = 1e-3
-    """relative tolerance, per element"""
+    atol: float | None = None
+    """absolute tolerance, in units of the reference's RMS value; None = the rule set's (1e-3, kernelbench 1e-2)"""
+    rtol: float | None = None
+    """relative tolerance, per element; None = the rule set's (1e-3, kernelbench 1e-2)"""
     n_warmup: int = 5
     """untimed calls before timing"""
     n_trials: int = 50
@@ -40,11 +53,15 @@ class SandboxConfig:
     """wall-clock budget of the timed calls of one candidate"""
     n_rechecks: int = 3
     """timed calls, at secret positions, whose outputs are compared with golden outputs (hack C5/D4/D5)"""
-    compile_timeout_s: float = 600.0
-    """seconds for importing the candidate module (the load_inline build) in the compile process"""
-    run_timeout_s: float = 180.0
-    """seconds for the whole candidate run process: load, correctness and timing"""
-    golden_timeout_s: float = 600.0
+    compile_timeout_s: float = 180.0
+    """seconds for importing the candidate module (the load_inline build) once it may start compiling"""
+    run_timeout_s: float = 60.0
+    """seconds for each of the candidate's two runs on its device: the correctness sets, then the timing"""
+    batch_deadline_s: float | None = None
+    """seconds from the start of `Sandbox.evaluate_many` after which every unfinished candidate is stopped and
+    judged ``timeout`` (None = each candidate is bounded by its own limits only); the call's ``deadline_s``
+    overrides it"""
+    golden_timeout_s: float = 300.0
     """seconds for the golden process (reference outputs and baseline timing)"""
     memory_limit_bytes: int | None = 8 * 2**30
     """RLIMIT_AS of candidate processes on the CPU backend (None = no limit; not applied with CUDA)"""
@@ -91,10 +108,29 @@ class SandboxConfig:
     host's launch of the call is queued before the GPU reaches the start event and the runtime is the GPU's, as
     long as the launch takes less than the flush and the wait (in a candidate's process on an H200: 0.07-0.22 ms
     at the 90th percentile; ``timing.time_calls``); 0 = the flush alone covers the launch"""
+    baseline: str = "eager"
+    """the reference timing the speedup (and so the reward) divides by: "eager" (the paper's), "tf32" (eager
+    with TF32 matmuls and convolutions allowed) or "compile" (``torch.compile``)"""
+    extra_baselines: tuple[str, ...] | None = None
+    """reference timings taken besides ``baseline`` and carried in `EvalResult.baselines_ms`; None = "tf32" and
+    "compile" on CUDA, none on the CPU backend (where TF32 does not exist and compiling costs tens of seconds)"""
     max_wall_ratio: float = 3.0
     """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
 
     def __post_init__(self) -> None:
+        if self.rules not in RULES:
+            raise ValueError(f"rules must be one of {sorted(RULES)}, not {self.rules!r}")
+        for name in ("atol", "rtol"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, RULES[self.rules]["tolerance"])
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, not {self.baseline!r}")
+        if self.extra_baselines is not None and not set(self.extra_baselines) <= set(BASELINES):
+            raise ValueError(f"extra_baselines must name baselines among {BASELINES}")
+        if self.batch_deadline_s is not None and not self.batch_deadline_s > 0:
+            raise ValueError("batch_deadline_s must be > 0 seconds (or None)")
+        if not (self.compile_timeout_s > 0 and self.run_timeout_s > 0 and self.golden_timeout_s > 0):
+            raise ValueError("timeouts must be > 0 seconds")
         if self.n_input_sets < 4:
             raise ValueError("n_input_sets must be >= 4 (one set of each variant: task, signed, scaled, heavy-tailed)")
         if self.n_trials < 1 or self.n_warmup < 0:
@@ -108,6 +144,13 @@ class SandboxConfig:
             raise ValueError("workers must be >= 1")
         if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too
             raise ValueError("launch_cover_us must be between 0 and 100000 (microseconds)")
+
+    def baselines_for(self, backend: str) -> tuple[str, ...]:
+        """Every reference timing taken on ``backend``: ``baseline`` first, then the extra ones."""
+        extra = self.extra_baselines
+        if extra is None:
+            extra = ("tf32", "compile") if backend == "cuda" else ()
+        return (self.baseline,) + tuple(b for b in extra if b != self.baseline)
 
     def resolved_cache_dir(self) -> str:
         return self.cache_dir or default_cache_dir()

@@ -29,6 +29,8 @@ class EvalResult:
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     details: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    baselines_ms: dict[str, float] = field(default_factory=dict, hash=False, compare=True)
+    """every reference timing taken, by name ("eager", "tf32", "compile"); ``baseline_ms`` is the configured one"""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -45,9 +47,16 @@ class EvalResult:
             return None
         return self.baseline_ms / self.runtime_ms
 
+    def speedup_vs(self, baseline: str) -> float | None:
+        """The speedup against one of ``baselines_ms`` (None when it was not timed or the kernel is not correct)."""
+        ms = self.baselines_ms.get(baseline)
+        if not self.correct or self.runtime_ms is None or ms is None or self.runtime_ms <= 0:
+            return None
+        return ms / self.runtime_ms
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
-        return cls(**d)
+        return cls(**d)  # records written before ``baselines_ms`` existed load with it empty
