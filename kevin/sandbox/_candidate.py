@@ -52,18 +52,23 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
 
     from . import _extension, _guards, _inventory, _pch, timing
 
+    # What decides is bound here, before any candidate code runs: replacing the module attributes later changes
+    # nothing this function calls (and the tripwires report the replacement).
+    time_calls, profiled_ops, op_inventory = timing.time_calls, _inventory.ProfiledOps, _inventory.OpInventory
+    send, receive = channel.send, channel.receive
     warm_up_dispatch_mode()
     set_deterministic(True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     torch.set_grad_enabled(False)
     wires = _guards.Tripwires()
     threads0 = wires.threads
+    threads0_native = _guards.native_threads()
     rng = random.Random(secrets.randbits(64))  # seeded before any candidate code runs (it could fix randbits)
 
     # ---- import: candidate code enters the process here (its load_inline builds, content-addressed)
-    channel.send("import_begin")
+    send("import_begin")
     cache_dir = os.path.dirname(job["ext_root"])
-    _extension.install(job["ext_root"], backend, on_build=lambda path: channel.send("build_dir", path=path),
+    _extension.install(job["ext_root"], backend, on_build=lambda path: send("build_dir", path=path),
                        pch_root=_pch.root(cache_dir),
                        obj_root=os.path.join(cache_dir, "obj") if job.get("object_cache", True) else None,
                        light=job.get("light_prelude", True))
@@ -81,10 +86,10 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         reported.update(changes)
 
     audit("after import")
-    channel.send("imported")
+    send("imported")
 
     # ---- the parent hands over a device and the task's inputs once both are free / ready
-    command = channel.receive()
+    command = receive()
     if not command.startswith("go "):
         return
     spec = json.loads(command[3:])
@@ -117,7 +122,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             model = model.to(device).train(bool(job.get("train_mode", True)))
     except BaseException as exc:
         raise _tag(exc, "build")
-    channel.send("model_ready")
+    send("model_ready")
 
     # ---- correctness: the candidate runs first, on clones
     outputs: dict[str, torch.Tensor] = {}
@@ -125,8 +130,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     for k, raw in enumerate(sets):
         originals = to_dev(raw)
         args = [x.clone() if isinstance(x, torch.Tensor) else x for x in originals]
-        inventory = _inventory.OpInventory() if job.get("inventory", True) else contextlib.nullcontext()
-        profiled = _inventory.ProfiledOps() if job.get("inventory", True) else contextlib.nullcontext()
+        inventory = op_inventory() if job.get("inventory", True) else contextlib.nullcontext()
+        profiled = profiled_ops() if job.get("inventory", True) else contextlib.nullcontext()
         try:
             with profiled, inventory:
                 out = model(*args)
@@ -138,7 +143,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         if n_threads != threads0:
             violations.append(f"input set {k}: forward left {n_threads - threads0} extra Python thread(s) running")
         for seen in (inventory, profiled):
-            if isinstance(seen, (_inventory.OpInventory, _inventory.ProfiledOps)):
+            if isinstance(seen, (op_inventory, profiled_ops)):
                 for op in seen.compute_ops:
                     torch_ops[op] = max(torch_ops.get(op, 0), seen.ops[op])
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -161,44 +166,51 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
     save_file(outputs, out_path)
-    channel.send("outputs", file=out_path, violations=violations, torch_ops=torch_ops)
-    if channel.receive() != "time":
+    shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
+              for i in range(sum(k.startswith("set0.") for k in outputs))]
+    send("outputs", file=out_path, violations=violations, torch_ops=torch_ops)
+    if receive() != "time":
         return
 
-    # ---- timing: fresh inputs per call, rechecks at secret positions
+    # ---- timing: every timed call made alike; the rechecks' places are known only to time_calls
     pool = [to_dev(s) for s in sets]
-    n_trials = int(job["n_trials"])
-    positions = rng.sample(range(n_trials), min(len(rechecks), n_trials))
-    recheck_args = {p: to_dev(rechecks[r]) for r, p in enumerate(positions)}
-    threads_before = _guards.native_threads()
-    channel.send("timing_begin")
+    recheck_args = [to_dev(r) for r in rechecks]
+
+    def null_call(args: list[Any]) -> Any:
+        """The harness's stand-in for the forward in the null calls: fresh outputs of the forward's shapes."""
+        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in shapes]
+        return outs[0] if len(outs) == 1 else outs
+
+    send("timing_begin")
     # The NaN fill of every allocation would be timed as the candidate's work (the baseline has none):
     # off while timing; stale or uninitialised outputs in timed calls are caught by the rechecks instead.
     set_deterministic(False)
     timing_flags = _guards.numerics_flags()  # the flags are compared with these while timing
     try:
-        run = timing.time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
-                                inventory=_inventory.ProfiledOps if job.get("inventory", True) else None,
-                                audit=lambda recheck: wires.changes(dispatcher=recheck, flags=timing_flags))
+        run = time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
+                         audit=lambda full: wires.changes(dispatcher=full, flags=timing_flags),
+                         null_call=null_call, mark=lambda name, index: send(name, index=index))
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)
-    channel.send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
+    send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
     violations.extend(run.errors)  # first: a change seen after a timed call names that call
     reported.update(run.audit_changes)
     audit("after timing")
     re_out: dict[str, torch.Tensor] = {}
-    for r, p in enumerate(positions):
-        snap = run.recheck_outputs.get(p)
+    positions = sorted(run.recheck_outputs)
+    for r, p in enumerate(run.recheck_outputs):
+        snap = run.recheck_outputs[p]
         if isinstance(snap, str) or snap is None:
             violations.append(f"timed call {p}: {snap or 'no output'}")
             continue
         for i, o in enumerate(snap):
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
+    run.recheck_outputs = {}
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     save_file(re_out, re_path)
-    channel.send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
-                 violations=violations, native_threads=[threads_before, _guards.native_threads()])
+    send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
+         violations=violations, native_threads=[threads0_native, _guards.native_threads()])
 
 
 def warm_up_dispatch_mode() -> None:

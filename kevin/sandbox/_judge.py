@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Sequence
 
 from . import _golden_run, _process, _symbols, compare, feedback
 from .config import SandboxConfig
@@ -96,44 +96,71 @@ def report_median(report: dict[str, Any], timing_end: _process.Message | None,
     return median, ""
 
 
-def wall_check(messages: dict[str, _process.Message], reported_ms: float, loop_overhead_ms: float,
-               config: SandboxConfig, backend: str = "cuda", loop_overhead_cpu_ms: float | None = None) -> dict[str, Any]:
+def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls: int, config: SandboxConfig) -> dict[str, Any]:
     """Per-call time implied by the parent's own clocks, against the reported median.
 
-    implied = (t_arrival(timing_end) - t_arrival(timing_begin)) / calls - loop_overhead, where the loop
-    overhead was measured by the golden process running the identical loop around a trusted copy.
-    Fails when implied > max_wall_ratio * reported + (0.5 ms + 25% of the loop overhead): generous, because
-    the host side of the loop slows down when other processes (parallel compiles) compete for the CPU.
+    The timed calls run in segments, each led by `._loop.NULL_CALLS` calls of the same harness around a null
+    call, and the worker marks each null block and each segment (`._loop`). For segment s, from the marks'
+    arrival times here: implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
+    call cost beyond the harness, with the harness's cost measured in the same process a moment before, under
+    the same load. The candidate's CPU clock, read here on each mark's arrival (`._process.cpu_clock`), gives
+    implied_cpu_s the same way (max of the tick count and the live threads' run time): waiting for a core on a
+    loaded host costs wall time and no CPU time, while work done anywhere in the process costs CPU time. A
+    segment's figure is max(min(wall, cpu), wall / 2) (the CPU figure only when no other process shares the
+    candidate's session or has it as parent and no child was reaped in between: a helper process works off its
+    clock), so load can at most halve it. The check fails when every segment implies more than
+    ``max_wall_ratio * reported + 0.5 ms + a quarter of its null call``: a forged timer shows in every segment,
+    while a load spike that stretched some segments leaves another within bounds.
 
-    On the CPU backend the candidate's own CPU clock, read by the parent on the same two arrivals
-    (`._process.cpu_clock`), gives a second figure: max(change of the tick count, change of the live threads'
-    run time) / calls - the loop's CPU overhead. Work done outside the timed calls (in the loop, or in another
-    thread) costs CPU time as well as wall time, while waiting for a core on a loaded host costs only wall time,
-    so the check takes max(min(wall, cpu), wall / 2): a loaded host can at most halve the wall figure. The CPU
-    figure is used only when nothing else could have worked for the process: no other process in its session
-    or with it as parent at either reading, and no waited-for child's CPU time between them. On CUDA, work can
-    escape to the GPU, where the host's CPU clock does not see it: the wall clock alone decides.
+    It also fails when the process has more native threads at the end of the loop than at its first mark: a
+    thread started during the timed calls can work outside them.
     """
-    if "timing_begin" not in messages or "timing_end" not in messages:
-        return {"ok": False, "reason": "the timing messages are incomplete"}
-    begin, end = messages["timing_begin"], messages["timing_end"]
-    calls = max(1, int(end.data.get("n_calls", 1)))
-    implied_wall = (end.t - begin.t) * 1e3 / calls - loop_overhead_ms
-    implied_cpu = None
-    a, b = begin.cpu, end.cpu
-    if backend == "cpu" and a is not None and b is not None and a.company == b.company == 0 and a.reaped == b.reaped:
-        spent = b.ticks - a.ticks
-        if a.live is not None and b.live is not None:
-            spent = max(spent, b.live - a.live)
-        overhead = loop_overhead_ms if loop_overhead_cpu_ms is None else loop_overhead_cpu_ms
-        implied_cpu = spent * 1e3 / calls - overhead
-    implied = implied_wall if implied_cpu is None else max(min(implied_wall, implied_cpu), implied_wall / 2)
-    slack = 0.5 + 0.25 * loop_overhead_ms
-    ok = implied <= config.max_wall_ratio * reported_ms + slack
-    return {"ok": ok, "implied_ms": implied, "implied_wall_ms": implied_wall, "implied_cpu_ms": implied_cpu,
-            "reported_ms": reported_ms, "loop_overhead_ms": loop_overhead_ms,
-            "reason": "" if ok else (f"the parent's clocks imply {implied:.4g} ms per call, but the kernel reported "
-                                    f"{reported_ms:.4g} ms (the timer was tampered with or work escaped the timed region)")}
+    from . import _loop
+
+    sizes = _loop.segment_sizes(n_calls)
+    marks = [m for m in messages if m.event in ("null", "calls", "end")]
+    expected = [(e, s) for s in range(len(sizes)) for e in ("null", "calls")] + [("end", len(sizes))]
+    if [(m.event, m.data.get("index")) for m in marks] != expected:
+        return {"ok": False, "reason": "the timing loop's marks are missing or out of order"}
+    first, last = marks[0].cpu, marks[-1].cpu
+    if first is not None and last is not None and first.threads is not None and last.threads is not None \
+            and last.threads > first.threads:
+        return {"ok": False, "threads": [first.threads, last.threads],
+                "reason": f"your program started {last.threads - first.threads} native thread(s) while it was being "
+                          "timed; work must finish inside the call"}
+
+    counted = [m.cpu for m in messages if m.event in ("timing_begin", "timing_end")]
+    alone = len(counted) == 2 and all(c is not None and c.company == 0 for c in counted)
+
+    def spent(a: _process.Message, b: _process.Message) -> tuple[float, float | None]:
+        """(wall ms, CPU ms or None) between two marks."""
+        wall = (b.t - a.t) * 1e3
+        x, y = a.cpu, b.cpu
+        if not alone or x is None or y is None or x.reaped != y.reaped:
+            return wall, None
+        cpu = y.ticks - x.ticks
+        if x.live is not None and y.live is not None:
+            cpu = max(cpu, y.live - x.live)
+        return wall, cpu * 1e3
+
+    segments = []
+    for s, size in enumerate(sizes):
+        null_mark, calls_mark, next_mark = marks[2 * s], marks[2 * s + 1], marks[2 * s + 2]
+        null_wall, null_cpu = (x / _loop.NULL_CALLS if x is not None else None for x in spent(null_mark, calls_mark))
+        call_wall, call_cpu = (x / size if x is not None else None for x in spent(calls_mark, next_mark))
+        wall = call_wall - null_wall
+        cpu = None if call_cpu is None or null_cpu is None else call_cpu - null_cpu
+        implied = wall if cpu is None else max(min(wall, cpu), wall / 2)
+        limit = config.max_wall_ratio * reported_ms + 0.5 + 0.25 * max(null_wall, 0.0)
+        segments.append({"implied_ms": round(implied, 4), "implied_wall_ms": round(wall, 4),
+                         "implied_cpu_ms": None if cpu is None else round(cpu, 4), "null_ms": round(null_wall, 4),
+                         "limit_ms": round(limit, 4)})
+    best = min(segments, key=lambda g: g["implied_ms"] - g["limit_ms"])
+    ok = best["implied_ms"] <= best["limit_ms"]
+    return {"ok": ok, "implied_ms": best["implied_ms"], "reported_ms": reported_ms, "segments": segments,
+            "reason": "" if ok else (f"the parent's clocks imply {best['implied_ms']:.4g} ms per call, but the kernel "
+                                    f"reported {reported_ms:.4g} ms (the timer was tampered with or work escaped the "
+                                    "timed region)")}
 
 
 def _violations(msg: _process.Message) -> list[str]:
@@ -145,8 +172,10 @@ class CandidateRun:
     """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
 
     def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
-                 arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None):
+                 arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None,
+                 deadline: float = float("inf")):
         self.config = config
+        self.deadline = deadline  # the batch's (monotonic): every wait ends by then as well as by its own limit
         self.backend = backend
         self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
         self.t0 = time.monotonic()
@@ -176,7 +205,7 @@ class CandidateRun:
     # ---------------------------------------------------------------- stage 1: compile (import)
     def wait_imported(self) -> EvalResult | None:
         """None once the module imported; else its compile_error / runtime_error / timeout result."""
-        deadline = time.monotonic() + self.config.compile_timeout_s
+        deadline = min(time.monotonic() + self.config.compile_timeout_s, self.deadline)
         msg = self.worker.wait_for(("imported",), deadline)
         self.details["compile_seconds"] = round(time.monotonic() - self.t0, 3)
         if msg is not None and msg.event == "imported":
@@ -243,7 +272,7 @@ class CandidateRun:
         with checks():
             t_go = marks["checks"] = time.monotonic()
             self.worker.send("go " + json.dumps(spec))
-            deadline = time.monotonic() + config.run_timeout_s
+            deadline = min(time.monotonic() + config.run_timeout_s, self.deadline)
             msg = self.worker.wait_for(("outputs",), deadline)
             marks["checked"] = time.monotonic()
             if msg is None or msg.event != "outputs":  # killed before the device is handed on
@@ -277,7 +306,7 @@ class CandidateRun:
         with timing():
             t_time = marks["timing"] = time.monotonic()
             self.worker.send("time")
-            deadline = time.monotonic() + config.run_timeout_s
+            deadline = min(time.monotonic() + config.run_timeout_s, self.deadline)
             msg = self.worker.wait_for(("report",), deadline)
             marks["timed"] = time.monotonic()
             if msg is None or msg.event != "report":  # killed before the device is handed on
@@ -311,9 +340,7 @@ class CandidateRun:
         for name in ("timing_begin", "timing_end"):  # the timed loop itself, inside "timing" .. "timed"
             if name in events:
                 marks[name] = events[name].t
-        cpu_overhead = golden.meta.get("loop_overhead_cpu_ms")
-        wall = wall_check(events, float(median), float(golden.meta.get("loop_overhead_ms", 0.0)), config, self.backend,
-                          None if cpu_overhead is None else float(cpu_overhead))
+        wall = wall_check(self.worker.messages, float(median), len(report["samples_ms"]), config)
         self.details["wall_check"] = wall
         if not wall["ok"]:
             return bad(wall["reason"])

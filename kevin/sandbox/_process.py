@@ -42,8 +42,10 @@ def scrubbed_env(scratch: str, extra: Mapping[str, str] | None = None) -> dict[s
     return env
 
 
-CPU_CLOCKED = ("timing_begin", "timing_end")
+CPU_CLOCKED = ("timing_begin", "null", "calls", "end", "timing_end")
 """Report lines on whose arrival the parent also reads the worker's CPU clock (`cpu_clock`)."""
+COMPANY_COUNTED = ("timing_begin", "timing_end")
+"""... and scans /proc for other processes in its session (the scan takes milliseconds: not on every mark)."""
 
 
 class CpuClock(NamedTuple):
@@ -56,7 +58,9 @@ class CpuClock(NamedTuple):
     reaped: float
     """user + system seconds of the children it has waited for"""
     company: int
-    """other processes in its session or with it as parent (work there is not on its clock)"""
+    """other processes in its session or with it as parent (work there is not on its clock); -1 = not counted"""
+    threads: int | None = None
+    """its native threads (entries of /proc/<pid>/task); None when they could not be counted"""
 
 
 def _stat_fields(pid: int | str) -> list[str]:
@@ -66,8 +70,9 @@ def _stat_fields(pid: int | str) -> list[str]:
         return f.read().rsplit(")", 1)[1].split()
 
 
-def cpu_clock(pid: int) -> CpuClock | None:
-    """The CPU clock of process ``pid`` (a `CpuClock`), or None when /proc cannot be read."""
+def cpu_clock(pid: int, company: bool = True) -> CpuClock | None:
+    """The CPU clock of process ``pid`` (a `CpuClock`), or None when /proc cannot be read; ``company=False`` skips
+    the scan for other processes (``company`` is then -1: not counted)."""
     try:
         fields = _stat_fields(pid)
         hz = os.sysconf("SC_CLK_TCK")
@@ -76,14 +81,19 @@ def cpu_clock(pid: int) -> CpuClock | None:
         session = fields[3]  # field 6
     except (OSError, ValueError, IndexError):
         return None
+    threads: int | None = None
     try:  # read right after the tick count, before the scan below (which can take a while)
         live = 0
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        tids = os.listdir(f"/proc/{pid}/task")
+        threads = len(tids)
+        for tid in tids:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 live += int(f.read().split()[0])
         live_s: float | None = live / 1e9
     except (OSError, ValueError, IndexError):
         live_s = None
+    if not company:
+        return CpuClock(ticks, live_s, reaped, -1, threads)
     company = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == pid:
@@ -94,7 +104,7 @@ def cpu_clock(pid: int) -> CpuClock | None:
             continue  # exited meanwhile
         if other[1] == str(pid) or other[3] == session:  # parent (field 4), session (field 6)
             company += 1
-    return CpuClock(ticks, live_s, reaped, company)
+    return CpuClock(ticks, live_s, reaped, company, threads)
 
 
 @dataclass(frozen=True)
@@ -275,7 +285,9 @@ class Worker:
                         raise ValueError
                 except ValueError:
                     data = {"event": "garbage", "text": line[:200].decode(errors="replace")}
-                cpu = cpu_clock(self.proc.pid) if data.get("event") in CPU_CLOCKED and self.proc is not None else None
+                event = data.get("event")
+                cpu = (cpu_clock(self.proc.pid, company=event in COMPANY_COUNTED)
+                       if event in CPU_CLOCKED and self.proc is not None else None)
                 self._queue.put(Message(t, data, cpu))
         self._queue.put(None)
 

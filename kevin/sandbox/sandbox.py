@@ -20,6 +20,7 @@ speedup of every later one (a red-team finding).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -30,7 +31,7 @@ import time
 import traceback
 import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Iterator, Sequence
 
 from . import _golden_run, _judge, _pch, _process, _resolve, feedback
@@ -38,13 +39,13 @@ from .config import SandboxConfig
 from .result import EvalResult
 
 
-def _static_check(src: str, backend: str, allow_libraries: bool) -> list[str] | None:
+def _static_check(src: str, backend: str, allow_libraries: bool, rules: str = "kevin") -> list[str] | None:
     """The static layer's violations; None when `kevin.sandbox.static` is not available."""
     try:
         from .static import check_format
     except ImportError:
         return None
-    return check_format(src, backend=backend, allow_libraries=allow_libraries)
+    return check_format(src, backend=backend, allow_libraries=allow_libraries, **({} if rules == "kevin" else {"rules": rules}))
 
 
 def _cpu_name() -> str:
@@ -142,9 +143,11 @@ class DeviceGate:
         return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
 
     @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, timeout: float | None = None) -> Iterator[None]:
+        """Admission for a correctness run; `_Cancelled` when ``timeout`` seconds pass first."""
         with self._cond:
-            self._cond.wait_for(self._admits_shared)
+            if not self._cond.wait_for(self._admits_shared, timeout=_bounded(timeout)):
+                raise _Cancelled
             self._shared += 1
         try:
             yield
@@ -154,15 +157,18 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, timeout: float | None = None) -> Iterator[None]:
+        """The device alone; `_Cancelled` when ``timeout`` seconds pass first."""
         with self._cond:
             began = time.monotonic()
             self._waiting.append(began)
             try:
-                self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+                admitted = self._cond.wait_for(lambda: not self._exclusive and not self._shared, timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
                 self._cond.notify_all()
+            if not admitted:
+                raise _Cancelled
             self._exclusive = True
         try:
             yield
@@ -170,6 +176,11 @@ class DeviceGate:
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()
+
+
+def _bounded(timeout: float | None) -> float | None:
+    """A wait's timeout: None (forever) for no or an infinite deadline, else at least 0."""
+    return None if timeout is None or timeout == float("inf") else max(0.0, timeout)
 
 
 _GATES: dict[tuple[str, str], DeviceGate] = {}
@@ -207,6 +218,83 @@ class _DevicePool:
             return slot
 
 
+_CANCEL_GRACE_S = 5.0  # after the deadline, how long stopped candidates get to wind down before being reported
+
+
+class _Cancelled(Exception):
+    """The batch's deadline passed while this candidate waited for a slot, a device or its golden data."""
+
+
+class _JobState:
+    """One candidate's progress through a batch: its phase, the seconds spent in each, its process, and the
+    batch's deadline, against which every wait for a slot or a device is bounded."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.cancelled = threading.Event()
+        self.run: Any = None
+        self.phase = "queue"
+        self._since = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def enter(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self._since
+        self.phase, self._since = phase, now
+
+    def phase_seconds(self) -> dict[str, float]:
+        seconds = dict(self.seconds)
+        seconds[self.phase] = seconds.get(self.phase, 0.0) + time.monotonic() - self._since
+        return {k: round(v, 3) for k, v in seconds.items()}
+
+    def check(self) -> None:
+        if self.cancelled.is_set() or time.monotonic() >= self.deadline:
+            raise _Cancelled
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        if self.run is not None:
+            self.run.worker.kill()
+
+    def timeout_result(self) -> EvalResult:
+        words = _PHASE_WORDS.get(self.phase, self.phase)
+        return EvalResult("timeout", f"Timeout: the evaluation's time ran out while {words} (other kernels of the "
+                          "batch were still being judged, or yours was far too slow).",
+                          details={"batch_deadline": True, "phase": self.phase, "phase_seconds": self.phase_seconds()})
+
+    @contextlib.contextmanager
+    def holding(self, semaphore: threading.Semaphore) -> Iterator[None]:
+        """Hold ``semaphore``, waiting no later than the deadline (then `_Cancelled`)."""
+        while not semaphore.acquire(timeout=0.5):
+            self.check()
+        try:
+            self.check()
+            yield
+        finally:
+            semaphore.release()
+
+    def within(self, gate_context: Any, phase: str | None = None) -> Any:
+        """A context factory for a `DeviceGate` method, bounded by the deadline; enters ``phase`` once admitted."""
+        @contextlib.contextmanager
+        def bounded() -> Iterator[None]:
+            with gate_context(timeout=self.deadline - time.monotonic()) if _takes_timeout(gate_context) \
+                    else gate_context():
+                self.check()
+                if phase is not None:
+                    self.enter(phase)
+                yield
+        return bounded
+
+
+def _takes_timeout(fn: Any) -> bool:
+    return getattr(fn, "__self__", None).__class__ is DeviceGate
+
+
+_PHASE_WORDS = {"queue": "waiting for a free compile slot", "compile": "compiling and loading your program",
+                "golden": "preparing the reference's outputs", "correctness": "running your kernel on the correctness inputs",
+                "timing": "timing your kernel"}
+
+
 class Sandbox:
     """A reusable evaluator bound to a device ("cpu", "cuda" = all visible GPUs, or "cuda:N").
 
@@ -235,7 +323,7 @@ class Sandbox:
         self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
         self._golden = _GoldenCache(self.config.max_golden_tasks)
         self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
-        self._baselines: dict[str, float] = {}  # baseline key -> ms, first timing of this Sandbox (never from disk)
+        self._baselines: dict[str, dict[str, float]] = {}  # baseline key -> {name: ms}, first timings (never from disk)
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
         self.arch = ""
@@ -259,8 +347,14 @@ class Sandbox:
         """Evaluate one candidate for one task (see `evaluate_many`)."""
         return self.evaluate_many([(task, candidate_src)])[0]
 
-    def evaluate_many(self, jobs: Sequence[tuple[Any, str]]) -> list[EvalResult]:
-        """Evaluate (task, candidate source) pairs; results in job order; never raises for a bad candidate."""
+    def evaluate_many(self, jobs: Sequence[tuple[Any, str]], *, deadline_s: float | None = None) -> list[EvalResult]:
+        """Evaluate (task, candidate source) pairs; results in job order; never raises for a bad candidate.
+
+        ``deadline_s`` (default ``config.batch_deadline_s``; None = no deadline): seconds after which every
+        candidate not yet judged is stopped (its process group killed) and judged ``timeout``, so the batch
+        returns within the deadline plus a few seconds whatever the candidates do. Each result's
+        ``details["phase_seconds"]`` says where its time went (queue, compile, golden, correctness, timing).
+        """
         sources = []
         for task, src in jobs:
             if not isinstance(src, str):
@@ -270,70 +364,105 @@ class Sandbox:
             sources.append(task_src)
         if not jobs:
             return []
-        with ThreadPoolExecutor(max_workers=min(len(jobs), 256)) as pool:
-            futures = [pool.submit(self._pipeline, task_src, src) for task_src, (_, src) in zip(sources, jobs)]
-            return [f.result() for f in futures]
+        limit = self.config.batch_deadline_s if deadline_s is None else deadline_s
+        if limit is not None and not limit > 0:
+            raise ValueError(f"deadline_s must be > 0 seconds, not {limit!r}")
+        deadline = time.monotonic() + limit if limit is not None else float("inf")
+        states = [_JobState(deadline) for _ in jobs]
+        pool = ThreadPoolExecutor(max_workers=min(len(jobs), 256), thread_name_prefix="kevin-eval")
+        try:
+            futures = [pool.submit(self._pipeline, task_src, src, state)
+                       for task_src, (_, src), state in zip(sources, jobs, states)]
+            wait(futures, timeout=None if limit is None else max(0.0, deadline - time.monotonic()))
+            late = [k for k, f in enumerate(futures) if not f.done()]
+            for k in late:
+                states[k].cancel()
+            if late:  # killed processes make their threads return at once; a thread stuck elsewhere is left behind
+                wait([futures[k] for k in late], timeout=_CANCEL_GRACE_S)
+            return [f.result() if f.done() else states[k].timeout_result() for k, f in enumerate(futures)]
+        finally:
+            pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ stages
-    def _pipeline(self, task_src: str, src: str) -> EvalResult:
-        t0 = time.monotonic()
+    def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
+        state = state or _JobState(float("inf"))
         try:
-            if self.config.static_checks:
-                violations = _static_check(src, self.backend, self.config.allow_libraries)
-                if violations:
-                    return EvalResult("format_error", feedback.format_error_feedback(violations),
-                                      details={"violations": list(violations)})
-            marks = {"start": t0}
-            with self._live:
-                max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
-                slot = self._devices.assign()
-                self._prefetch_golden(task_src, slot)
-                # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
-                # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
-                compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
-                with self._compile_slots, compiling():
-                    zygote = self._get_zygote()
-                    marks["spawned"] = time.monotonic()
-                    run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
-                                              gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
-                                              zygote=zygote)
-                    try:
-                        failed = run.wait_imported()
-                    except BaseException:
-                        run.close()
-                        raise
-                try:
-                    if failed is not None:
-                        return failed
-                    marks["compiled"] = time.monotonic()
-                    golden_key = _resolve.sha256(task_src)
-                    golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
-                    try:
-                        if golden.error is not None:
-                            return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                                "the reference program itself failed in the sandbox; this task cannot be evaluated"),
-                                details={"golden_error": golden.error})
-                        baseline = self._baseline(task_src, slot) if self.config.measure_speed else None
-                        marks["golden"] = time.monotonic()
-                        gate = self._devices.gates[slot]
-                        checks = gate.shared if self.config.parallel_checks else gate.exclusive
-                        result = run.judge(golden, baseline_ms=baseline, checks=checks, timing=gate.exclusive)
-                    finally:
-                        self._golden.release(golden_key)
-                finally:
-                    run.close()
-            details = dict(result.details)
-            marks["done"] = time.monotonic()
-            marks.update(result.details.get("marks", {}))
-            details.pop("marks", None)
-            details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot],
-                           forked=zygote is not None,
-                           timeline={k: round(v - t0, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
-            return EvalResult(result.status, result.feedback, result.runtime_ms, result.baseline_ms,
-                              result.max_abs_error, result.max_rel_error, details)
+            result = self._stages(task_src, src, state)
+        except _Cancelled:
+            result = state.timeout_result()
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
-            return EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this kernel.",
-                              details={"internal_error": traceback.format_exc()[-4000:]})
+            result = EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this "
+                                "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
+        if state.cancelled.is_set() and result.status != "timeout":
+            result = state.timeout_result()
+        details = dict(result.details)
+        details["phase_seconds"] = state.phase_seconds()
+        scrub = getattr(feedback, "scrub_paths", lambda x: x)
+        return dataclasses.replace(result, details=scrub(details), feedback=scrub(result.feedback))
+
+    def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
+        t0 = time.monotonic()
+        if self.config.static_checks:
+            violations = _static_check(src, self.backend, self.config.allow_libraries, self.config.rules)
+            if violations:
+                return EvalResult("format_error", feedback.format_error_feedback(violations),
+                                  details={"violations": list(violations)})
+        marks = {"start": t0}
+        state.enter("queue")
+        with state.holding(self._live):
+            max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
+            slot = self._devices.assign()
+            self._prefetch_golden(task_src, slot)
+            # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
+            # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
+            compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
+            with state.holding(self._compile_slots), state.within(compiling)():
+                state.enter("compile")
+                zygote = self._get_zygote()
+                marks["spawned"] = time.monotonic()
+                run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
+                                          gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
+                                          zygote=zygote, deadline=state.deadline)
+                state.run = run
+                try:
+                    state.check()
+                    failed = run.wait_imported()
+                except BaseException:
+                    run.close()
+                    raise
+            try:
+                if failed is not None:
+                    return failed
+                marks["compiled"] = time.monotonic()
+                state.enter("golden")
+                golden_key = _resolve.sha256(task_src)
+                golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
+                try:
+                    if golden.error is not None:
+                        return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                            "the reference program itself failed in the sandbox; this task cannot be evaluated"),
+                            details={"golden_error": golden.error})
+                    baselines = self._baselines_of(task_src, slot) if self.config.measure_speed else {}
+                    marks["golden"] = time.monotonic()
+                    state.check()
+                    gate = self._devices.gates[slot]
+                    checks = gate.shared if self.config.parallel_checks else gate.exclusive
+                    result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
+                                       checks=state.within(checks, "correctness"),
+                                       timing=state.within(gate.exclusive, "timing"))
+                    result = dataclasses.replace(result, baselines_ms=dict(baselines))
+                finally:
+                    self._golden.release(golden_key)
+            finally:
+                run.close()
+        details = dict(result.details)
+        marks["done"] = time.monotonic()
+        marks.update(result.details.get("marks", {}))
+        details.pop("marks", None)
+        details.update(total_seconds=round(time.monotonic() - t0, 3), device_name=self._device_names[slot],
+                       forked=zygote is not None,
+                       timeline={k: round(v - t0, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
+        return dataclasses.replace(result, details=details)
 
     def _prefetch_golden(self, task_src: str, slot: Any) -> None:
         """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.
@@ -392,8 +521,9 @@ class Sandbox:
         return _resolve.sha256(task_src, self.backend, self._device_names[slot],
                                json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version())
 
-    def _baseline(self, task_src: str, slot: Any) -> float | None:
-        """The reference's runtime on ``slot``'s device: this Sandbox's first timing of it, from the golden process.
+    def _baselines_of(self, task_src: str, slot: Any) -> dict[str, float]:
+        """The reference's runtimes on ``slot``'s device by baseline name (`SandboxConfig.baselines_for`): this
+        Sandbox's first timing of each, from the golden process.
 
         Never read from disk (a candidate could have rewritten the file); written there as a record.
         """
@@ -401,29 +531,30 @@ class Sandbox:
         if key in self._baselines:
             return self._baselines[key]
         golden = self._golden.peek(_resolve.sha256(task_src))
-        summary = (golden.meta.get("baseline") if golden else None) or {}
-        if summary.get("median_ms") is None:
+        summaries = _baseline_summaries(golden.meta if golden else {})
+        if self.config.baseline not in summaries:
             # Golden data came from a device of another name (or without timing): time it here now.
             with self._devices.gates[slot].exclusive():
                 fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
                                                seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
-            summary = (fresh.meta.get("baseline") or {}) if fresh.error is None else {}
+            summaries = _baseline_summaries(fresh.meta) if fresh.error is None else {}
             if fresh.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
-        if summary.get("median_ms") is None:
-            return None
-        value = self._baselines.setdefault(key, float(summary["median_ms"]))  # two GPUs of one name: first wins
+        values = {name: float(summary["median_ms"]) for name, summary in summaries.items()}
+        if self.config.baseline not in values:
+            return {}
+        values = self._baselines.setdefault(key, values)  # two GPUs of one name: first wins
         path = os.path.join(self.cache_dir, "baselines", key + ".json")
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = path + f".tmp{os.getpid()}.{threading.get_ident()}"
             with open(tmp, "w") as f:
-                json.dump({"baseline_ms": summary["median_ms"], "timing": summary, "device_name": self._device_names[slot],
+                json.dump({"baselines_ms": values, "timing": summaries, "device_name": self._device_names[slot],
                            "note": "a record only: kevin never reads this file back"}, f)
             os.replace(tmp, path)
         except OSError:
             pass
-        return value
+        return values
 
     def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
         """Run the golden process for one task on ``slot`` (holding its gate alone); times the baseline unless known."""
@@ -434,6 +565,14 @@ class Sandbox:
                 [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
                 baseline_keys=frozenset({key}) if need_baseline else frozenset(),
             )[key]
+
+
+def _baseline_summaries(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The golden process's timing summaries by baseline name, those with a median only."""
+    summaries = dict(meta.get("baselines") or {})
+    if "eager" not in summaries and meta.get("baseline"):
+        summaries["eager"] = meta["baseline"]
+    return {k: v for k, v in summaries.items() if isinstance(v, dict) and v.get("median_ms") is not None}
 
 
 _DEFAULT: dict[tuple[str, SandboxConfig], Sandbox] = {}

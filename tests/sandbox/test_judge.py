@@ -1,7 +1,7 @@
 """kevin.sandbox._judge.wall_check: the parent's clocks against a candidate's reported time (hack D6).
 
-Every case is 100 timed calls, a reported median of 0.016 ms and a loop overhead of 0.01 ms, so the bound is
-3 * 0.016 + (0.5 + 0.25 * 0.01) = 0.5505 ms per call.
+Every case is 10 timed calls in the loop's 5 segments of 2 calls, each led by 2 null calls, and a reported
+median of 0.016 ms. A segment's bound is 3 * 0.016 + 0.5 + 0.25 * (its null call's ms).
 """
 
 import os
@@ -13,84 +13,112 @@ from kevin.sandbox import SandboxConfig
 from kevin.sandbox._judge import wall_check
 from kevin.sandbox._process import CpuClock, Message, cpu_clock
 
-
-def loop(wall_s: float, ticks_s: float, live_s: float | None, *, reaped_s: float = 0.0, company: int = 0) -> dict:
-    """The timing messages of a 100-call loop that took wall_s on the parent's clock and the given CPU seconds
-    (``reaped_s``: CPU seconds of children waited for meanwhile; ``company``: other processes at the end)."""
-    begin = Message(10.0, {"event": "timing_begin"}, CpuClock(1.0, None if live_s is None else 1.0, 0.0, 0))
-    end = Message(10.0 + wall_s, {"event": "timing_end", "n_calls": 100},
-                  CpuClock(1.0 + ticks_s, None if live_s is None else 1.0 + live_s, reaped_s, company))
-    return {"timing_begin": begin, "timing_end": end}
+N = 10  # timed calls: segments of 2
 
 
-def check(messages: dict, backend: str) -> dict:
-    return wall_check(messages, 0.016, 0.01, SandboxConfig(), backend)
+def loop(segments: list[tuple[float, float, float, float]], *, company: int = 0, threads: tuple[int, int] = (4, 4),
+         reaped_s: float = 0.0, clocks: bool = True) -> list[Message]:
+    """The marks of a loop whose segment s took (null wall ms, null CPU ms, calls wall ms, calls CPU ms) in all
+    (2 null calls, 2 timed calls); ``reaped_s`` of children's CPU appear before the last mark."""
+    t, cpu = 10.0, 1.0
+    out = [Message(t, {"event": "timing_begin"}, CpuClock(cpu, cpu, 0.0, company, threads[0]) if clocks else None)]
+
+    def mark(event: str, index: int, reaped: float = 0.0) -> Message:
+        n_threads = threads[1] if event == "end" else threads[0]
+        return Message(t, {"event": event, "index": index},
+                       CpuClock(cpu, cpu, reaped, -1, n_threads) if clocks else None)
+
+    for s, (null_wall, null_cpu, calls_wall, calls_cpu) in enumerate(segments):
+        out.append(mark("null", s))
+        t, cpu = t + null_wall / 1e3, cpu + null_cpu / 1e3
+        out.append(mark("calls", s))
+        t, cpu = t + calls_wall / 1e3, cpu + calls_cpu / 1e3
+    out.append(mark("end", len(segments), reaped_s))
+    out.append(Message(t, {"event": "timing_end", "n_calls": N + 5},
+                       CpuClock(cpu, cpu, reaped_s, company, threads[1]) if clocks else None))
+    return out
 
 
-def test_a_loaded_host_that_delays_an_honest_cpu_kernel_is_not_rejected():
-    # wall: 84 ms / 100 - 0.01 = 0.83 ms per call (over the bound); CPU: 2 ms / 100 - 0.01 = 0.01 ms;
-    # checked: max(min(0.83, 0.01), 0.83 / 2) = 0.415 ms (under it)
-    r = check(loop(0.084, ticks_s=0.0, live_s=0.002), "cpu")
+def check(messages: list[Message]) -> dict:
+    return wall_check(messages, 0.016, N, SandboxConfig())
+
+
+# per segment: null calls 5 ms each (10 ms wall for 2) but 2 ms of CPU each; the timed calls 6 ms each on the wall,
+# 2.1 ms each of CPU: the host was loaded, the kernel did 0.1 ms of work beyond the harness
+LOADED = (10.0, 4.0, 12.0, 4.2)
+
+
+def test_a_loaded_host_that_delays_an_honest_kernel_is_not_rejected():
+    # wall: 6 - 5 = 1 ms per call; CPU: 2.1 - 2 = 0.1; checked max(min(1, 0.1), 1 / 2) = 0.5 ms
+    # bound: 0.048 + 0.5 + 0.25 * 5 = 1.798 ms
+    r = check(loop([LOADED] * 5))
     assert r["ok"], r
-    assert r["implied_ms"] == pytest.approx(0.415)
+    assert r["implied_ms"] == pytest.approx(0.5)
+
+
+def test_the_harness_cost_is_measured_in_the_same_segment_not_elsewhere():
+    # the null calls grew with the load (20 ms each) and so did the timed calls (20.1 ms): 0.1 ms beyond the harness
+    r = check(loop([(40.0, 40.0, 40.2, 40.2)] * 5))
+    assert r["ok"], r
+    assert r["implied_ms"] == pytest.approx(0.1)
+
+
+def test_a_forged_timer_shows_in_every_segment_and_is_rejected():
+    # the calls cost 22 ms each against 2 ms of harness, on both clocks: 20 ms per call for a reported 0.016
+    r = check(loop([(4.0, 4.0, 44.0, 44.0)] * 5))
+    assert not r["ok"]
+    assert "20 ms per call" in r["reason"]
+
+
+def test_a_load_spike_in_some_segments_is_forgiven_by_the_others():
+    # segments 0-3 spiked: 20 ms per call on the wall, none on the CPU: max(min(20, 0.1), 10) = 10 ms (over)
+    spike = (4.0, 4.0, 44.0, 4.2)
+    r = check(loop([spike] * 4 + [LOADED]))
+    assert r["ok"], r
+    assert [g["implied_ms"] for g in r["segments"]] == [10.0] * 4 + [0.5]
 
 
 def test_the_cpu_clock_can_at_most_halve_the_wall_figure():
-    # wall 200 ms / 100 - 0.01 = 1.99 ms; CPU 0.01 ms; checked max(0.01, 0.995) = 0.995 ms: over the bound
-    r = check(loop(0.2, ticks_s=0.0, live_s=0.002), "cpu")
+    # wall 40 ms per call beyond the harness, CPU 0.1 ms: checked 20 ms, over the bound 1.048 ms
+    r = check(loop([(4.0, 4.0, 84.0, 4.2)] * 5))
     assert not r["ok"]
-    assert r["implied_ms"] == pytest.approx(0.995)
+    assert r["implied_ms"] == pytest.approx(20.0)
 
 
 def test_another_process_in_the_candidates_session_voids_its_cpu_clock():
-    # a child could compute while the candidate sleeps: only the wall clock counts then (0.83 ms)
-    r = check(loop(0.084, ticks_s=0.0, live_s=0.002, company=1), "cpu")
+    # a child could compute while the candidate sleeps: the wall figure alone counts (20 ms per call)
+    r = check(loop([(4.0, 4.0, 44.0, 4.2)] * 5, company=1))
     assert not r["ok"]
-    assert r["implied_cpu_ms"] is None
+    assert all(g["implied_cpu_ms"] is None for g in r["segments"])
 
 
-def test_a_child_reaped_during_the_loop_voids_the_cpu_clock():
-    r = check(loop(0.084, ticks_s=0.0, live_s=0.002, reaped_s=0.08), "cpu")
-    assert not r["ok"]
-    assert r["implied_cpu_ms"] is None
-
-
-def test_the_cpu_figure_subtracts_the_loops_cpu_overhead():
-    # CPU 30 ms / 100 = 0.3 ms per call, minus a CPU overhead of 0.25 ms = 0.05 ms (the wall overhead is 0.01)
-    r = wall_check(loop(0.084, ticks_s=0.0, live_s=0.03), 0.016, 0.01, SandboxConfig(), "cpu", loop_overhead_cpu_ms=0.25)
-    assert r["implied_cpu_ms"] == pytest.approx(0.05)
-
-
-def test_work_outside_the_timed_calls_is_rejected_when_it_costs_cpu_time():
-    # the process computed all along: 84 ms of CPU too, so 0.83 ms per call on both clocks
-    r = check(loop(0.084, ticks_s=0.08, live_s=0.084), "cpu")
-    assert not r["ok"]
-    assert "0.83 ms per call" in r["reason"]
-
-
-def test_cpu_time_of_a_thread_that_exited_still_counts_through_the_tick_count():
-    # the live threads ran 2 ms, but the process's tick count (dead threads included) grew by 80 ms: 0.79 ms
-    r = check(loop(0.084, ticks_s=0.08, live_s=0.002), "cpu")
-    assert not r["ok"]
-    assert r["implied_cpu_ms"] == pytest.approx(0.79)
-
-
-def test_on_cuda_the_wall_clock_alone_decides():
-    # work may run on the GPU, where the host's CPU clock does not see it: 0.83 ms per call on the wall clock
-    r = check(loop(0.084, ticks_s=0.0, live_s=0.002), "cuda")
-    assert not r["ok"]
-    assert r["implied_cpu_ms"] is None
+def test_a_child_reaped_during_the_loop_voids_the_cpu_clock_of_that_segment():
+    r = check(loop([(4.0, 4.0, 44.0, 4.2)] * 5, reaped_s=0.5))
+    assert r["segments"][-1]["implied_cpu_ms"] is None
+    assert r["segments"][0]["implied_cpu_ms"] == pytest.approx(0.1)
 
 
 def test_without_a_cpu_clock_the_wall_clock_decides():
-    messages = loop(0.084, ticks_s=0.0, live_s=0.002)
-    messages = {k: Message(m.t, m.data) for k, m in messages.items()}
-    r = check(messages, "cpu")
-    assert not r["ok"] and r["implied_cpu_ms"] is None
+    r = check(loop([LOADED] * 5, clocks=False))
+    assert r["implied_ms"] == pytest.approx(1.0)  # 6 - 5 ms
 
 
-def test_missing_timing_messages_fail_the_check():
-    assert not check({"timing_begin": Message(1.0, {"event": "timing_begin"})}, "cpu")["ok"]
+def test_missing_or_reordered_marks_fail_the_check():
+    messages = loop([LOADED] * 5)
+    assert not check([m for m in messages if m.data.get("index") != 2])["ok"]
+    assert not check(messages[:2] + messages[3:4] + messages[2:3] + messages[4:])["ok"]
+
+
+def test_the_segment_sizes_come_from_the_sample_count_not_the_worker():
+    # the same marks read as 50 calls (10 per segment): per-call times fall fivefold, the check follows
+    r = wall_check(loop([(4.0, 4.0, 44.0, 44.0)] * 5), 0.016, 50, SandboxConfig())
+    assert r["segments"][0]["implied_wall_ms"] == pytest.approx(44.0 / 10 - 2.0)
+
+
+def test_a_native_thread_started_while_timed_is_rejected():
+    r = check(loop([LOADED] * 5, threads=(4, 5)))
+    assert not r["ok"]
+    assert "1 native thread" in r["reason"]
 
 
 def test_the_cpu_clock_of_a_process_grows_with_its_work():
@@ -98,9 +126,10 @@ def test_the_cpu_clock_of_a_process_grows_with_its_work():
     deadline = time.process_time() + 0.3
     while time.process_time() < deadline:  # 0.3 s of CPU on this thread
         pass
-    after = cpu_clock(os.getpid())
+    after = cpu_clock(os.getpid(), company=False)
     assert before is not None and after is not None
     assert after.ticks - before.ticks >= 0.2  # 10 ms resolution
+    assert after.company == -1 and after.threads >= 1
     if before.live is not None:
         assert after.live - before.live >= 0.29
 

@@ -4,6 +4,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 import numpy as np
@@ -62,19 +63,62 @@ def test_a_cpu_permutation_keeps_every_value_of_any_dtype():
         assert y.dtype == x.dtype and sorted(y.tolist(), key=abs) == sorted(x.tolist(), key=abs)
 
 
-def test_the_timing_loop_keeps_recheck_outputs_from_the_previous_calls_buffers():
+def test_a_recheck_reaches_its_call_through_the_same_permute_and_gather_as_any_call():
+    # the source that seed 5's permutation turns into the golden content
+    fresh = timing.FreshInputs([], rng=random.Random(0), keep_alive_bytes=1 << 30)
+    golden = [torch.arange(100, dtype=torch.float32) * 3]
+    assert torch.equal(fresh.make(fresh.source_for(golden, 5), 5)[0], golden[0])
+
+
+def test_the_timing_loop_returns_each_rechecks_output_at_its_secret_position():
     seen = []
 
     def call(args):
-        seen.append(args[0].data_ptr())
+        seen.append(args[0].clone())
         return args[0] * 2
 
     golden = [torch.full((8,), 3.0)]
-    run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=5,
-                            budget_s=10, rng=random.Random(0), rechecks={3: golden})
-    assert len(run.samples_ms) == 5
-    assert torch.equal(run.recheck_outputs[3][0], torch.full((8,), 6.0))
-    assert seen[1 + 3] == seen[1 + 2]  # the recheck call reused the previous call's address
+    run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=12,
+                            budget_s=10, rng=random.Random(0), rechecks=[golden])
+    (p,) = run.recheck_outputs
+    assert len(run.samples_ms) == 12
+    assert torch.equal(seen[1 + p], golden[0])  # that call got the golden content
+    assert torch.equal(run.recheck_outputs[p][0], torch.full((8,), 6.0))
+
+
+def test_every_timed_call_is_followed_by_the_same_audit_and_a_kept_copy():
+    # an ordinary call and a rechecked one must look alike from inside: the full audit after each, never a lighter one
+    asked = []
+    timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2, n_trials=10,
+                      budget_s=10, rng=random.Random(0), rechecks=[[torch.ones(8)], [torch.ones(8)]],
+                      audit=lambda full: asked.append(full) or [])
+    assert asked == [True] * 12  # 2 warm-up calls, then 10 timed calls
+
+
+def test_the_loop_length_is_fixed_before_the_first_timed_call():
+    # a slow call (about 20 ms) against a 0.3 s budget: 0.3 / 0.02 = 15 calls, never under MIN_TRIALS
+    def call(args):
+        time.sleep(0.02)
+        return args[0] * 2
+
+    run = timing.time_calls(call, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2, n_trials=100,
+                            budget_s=0.3, rng=random.Random(0), rechecks=[[torch.ones(8)]] * 3)
+    assert timing.MIN_TRIALS <= len(run.samples_ms) <= 15
+    assert all(p < len(run.samples_ms) for p in run.recheck_outputs)
+
+
+def test_null_calls_lead_every_segment_and_the_marks_frame_them():
+    from kevin.sandbox import _loop
+
+    events = []
+    real = lambda a: events.append("call") or a[0] * 2  # noqa: E731
+    null = lambda a: events.append("null") or torch.empty(8)  # noqa: E731
+    timing.time_calls(real, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=10, budget_s=10,
+                      rng=random.Random(0), null_call=null, mark=lambda name, i: events.append(f"{name}{i}"))
+    expected = ["call"]  # the warm-up call
+    for s, size in enumerate(_loop.segment_sizes(10)):
+        expected += [f"null{s}"] + ["null"] * _loop.NULL_CALLS + [f"calls{s}"] + ["call"] * size
+    assert events == expected + ["end5"]
 
 
 def test_the_cpu_timing_loop_ignores_the_launch_cover():
@@ -95,15 +139,6 @@ def test_the_timing_loop_audits_after_every_call_and_reports_the_first_change_on
                             budget_s=10, rng=random.Random(0), audit=audit)
     assert run.errors == ["timed call 2: time.perf_counter was replaced"]  # seen after call 2, not again at 3
     assert len(run.samples_ms) == 6  # the loop runs on: the verdict is the parent's
-
-
-def test_the_timing_loop_tells_the_audit_which_calls_are_rechecked():
-    asked = []
-    run = timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2, n_trials=5,
-                            budget_s=10, rng=random.Random(0), rechecks={1: [torch.ones(8)], 4: [torch.ones(8)]},
-                            audit=lambda recheck: asked.append(recheck) or [])
-    assert asked == [False, False, False, True, False, False, True]  # 2 warm-up calls, then trials 0-4
-    assert run.errors == []
 
 
 def test_the_launch_cover_keys_the_baseline_cache_and_cannot_be_negative():
