@@ -14,10 +14,14 @@ reports (the pure functions of kevin.core.report, on kevin.core.metrics):
 - **Scaling plot** (Fig. 6 and the blog's serial-vs-parallel comparison): best@k for k = 1..m of each
   configuration (unbiased estimator of Chen et al.) against kernels and against generated tokens.
 - **Bootstrap intervals over tasks** (95% by default) on every number of both tables.
+- **Speedup against each baseline**: the correct kernels' mean speedup and fast_1 against every reference
+  timing the sandbox took (eager, TF32, torch.compile on CUDA); ``--baseline`` picks the one the tables (and
+  the speedups in the rollouts) divide by, ``--rules`` the sandbox's rule set (kevin or kernelbench).
 
 Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` (every trajectory with every EvalResult: it
 can be re-scored and re-reported), ``metrics.jsonl`` (one record per turn budget, then one per
-configuration), ``report.md``, ``turns.png``, ``equal_budget.png`` and ``config.json``.
+configuration, then one per configuration and baseline), ``report.md``, ``turns.png``, ``equal_budget.png``
+and ``config.json``.
 
 How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``, 23 tasks) unless
 ``--tasks`` points to KernelBench; correctness and timing follow our sandbox (DESIGN.md); the
@@ -80,6 +84,12 @@ class Config:
     """prompt budget; the earliest turns are dropped first when a refinement prompt exceeds it"""
     device: str | None = None
     """sandbox device: 'cuda' or 'cpu' (default: cuda when available), also the task sizes used"""
+    rules: Literal["kevin", "kernelbench"] = "kevin"
+    """the sandbox's rule set (kevin.sandbox.config.RULES): 'kevin' (no torch.nn modules in ModelNew, tolerance
+    1e-3) or 'kernelbench' (torch.nn modules may hold weights, tolerance 1e-2)"""
+    baseline: Literal["eager", "tf32", "compile"] = "eager"
+    """the reference timing speedups divide by: eager PyTorch, eager with TF32 allowed, or torch.compile; the
+    report also shows speedups against every other baseline the sandbox timed (on CUDA: all three)"""
     output_dir: str | None = None
     """where rollouts, metrics.jsonl, report.md and the plots go (default: <run>/evaluation for a training run's
     --model, the --from_rollouts directory when re-reporting, else runs/evaluate)"""
@@ -244,15 +254,16 @@ def main(argv: list[str]) -> Path:
     else:
         from kevin.core.rollout import rollout
         from kevin.data import builtin_tasks, load_tasks
-        from kevin.sandbox import Sandbox
+        from kevin.sandbox import Sandbox, SandboxConfig
 
         tasks = load_tasks(cfg.tasks) if cfg.tasks else builtin_tasks(split="eval")
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks is not None else tasks
         if not tasks:
             raise SystemExit(f"no tasks to evaluate: {cfg.tasks or 'the built-in eval split'} gave none")
         policy = build_policy(cfg)
-        sandbox = Sandbox(cfg.device)
-        print(f"{len(tasks)} tasks on {cfg.device}; configurations {cfg.configs}")
+        sandbox = Sandbox(cfg.device, SandboxConfig(rules=cfg.rules, baseline=cfg.baseline))
+        print(f"{len(tasks)} tasks on {cfg.device}, {cfg.rules} rules, {cfg.baseline} baseline; "
+              f"configurations {cfg.configs}")
         for m, n in pairs:
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
@@ -275,11 +286,12 @@ def main(argv: list[str]) -> Path:
     turn_rows = report.turn_table(rollouts[serial_label], **ci)
     budget_rows = report.equal_budget_table(list(rollouts.values()), **ci)
     curves = {label: report.scaling_curve(trajs) for label, trajs in rollouts.items()}
+    baseline_rows = report.baseline_table(rollouts)
     n_tasks = report.shape_of(rollouts[serial_label])[0]
 
     # --- Write metrics, plots and the report.
     with open(out / "metrics.jsonl", "w") as fh:
-        for record in report.metrics_records(turn_rows, budget_rows):
+        for record in report.metrics_records(turn_rows, budget_rows, baseline_rows):
             record = {"rollout": serial_label, **record} if record["table"] == "turns" else record
             fh.write(json.dumps(record) + "\n")
     model_name = settings.get("api_model") or settings.get("model") or "saved rollouts"
@@ -287,7 +299,9 @@ def main(argv: list[str]) -> Path:
              report.plot_equal_budget(curves, out / "equal_budget.png", title=model_name)]
     path = report.write_markdown_report(
         out / "report.md", turn_rows, budget_rows, title=f"Evaluation of {model_name}", n_tasks=n_tasks,
-        alpha=cfg.alpha, settings=settings, plots=[p.name for p in plots])
+        alpha=cfg.alpha, settings=settings, plots=[p.name for p in plots], baseline_rows=baseline_rows,
+        # saved evaluations from before these options were made under the only ones there were: kevin, eager
+        rules=str(settings.get("rules", "kevin")), baseline=str(settings.get("baseline", "eager")))
     print(path.read_text())
     return path
 

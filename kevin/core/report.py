@@ -15,6 +15,10 @@ What is computed (kevin-method.md section 7.2; paper section 5):
   so costs more prompt tokens per kernel than parallel sampling: equal kernels are not equal compute.
 - **Scaling curves**: for each configuration, best@k for k = 1..m against kernels (k * n) and against
   generated tokens (k trajectories' worth), so serial and parallel can be compared at any budget.
+- **Speedup against each baseline**: per configuration and per reference timing the sandbox took (eager,
+  eager with TF32, ``torch.compile``; ``EvalResult.baselines_ms``), the mean speedup of the correct kernels and
+  fast_1 over tasks: a speedup over a baseline a reader would not use (eager fp32 without TF32) can vanish
+  against a stronger one.
 
 Everything here is pure (records in, records out) except ``write_markdown_report`` and the ``plot_*``
 functions, which write files; matplotlib is imported inside the plot functions only.
@@ -170,6 +174,24 @@ class CurvePoint:
     speedup_best: float
 
 
+@dataclass(frozen=True)
+class BaselineRow:
+    """One configuration's kernels against one reference timing (``EvalResult.speedup_vs(baseline)``).
+
+    ``mean_speedup`` is over the ``n_timed`` correct kernels with that timing (None if none); ``fast1`` the
+    share of the ``n_tasks`` tasks with a correct kernel at least as fast as that baseline (any turn, any
+    trajectory: Table 2's fast_1 best@m).
+    """
+
+    config: str
+    baseline: str
+    n_tasks: int
+    n_correct: int
+    n_timed: int
+    mean_speedup: float | None
+    fast1: float
+
+
 # --------------------------------------------------------------------------------------------------
 # Grouping and compute
 
@@ -282,12 +304,42 @@ def scaling_curve(trajectories: Sequence[Trajectory], *, ks: Sequence[int] | Non
     return points
 
 
-def metrics_records(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow]) -> list[dict]:
+BASELINE_ORDER = ("eager", "tf32", "compile")
+
+
+def baselines_present(trajectories: Sequence[Trajectory]) -> list[str]:
+    """The baseline names any result of ``trajectories`` was timed against: eager, tf32, compile, then others."""
+    names = {name for tr in trajectories for turn in tr.turns for name in turn.result.baselines_ms}
+    return [b for b in BASELINE_ORDER if b in names] + sorted(names - set(BASELINE_ORDER))
+
+
+def baseline_table(rollouts: Mapping[str, Sequence[Trajectory]]) -> list[BaselineRow]:
+    """One BaselineRow per configuration (label -> its trajectories) and baseline present in its results.
+
+    Records written before ``baselines_ms`` existed carry none, and give no rows.
+    """
+    rows = []
+    for label, trajectories in rollouts.items():
+        groups = _metrics.group_by_task(trajectories).values()
+        correct = [t.result for tr in trajectories for t in tr.turns if t.result.correct]
+        for name in baselines_present(trajectories):
+            speedups = [s for s in (r.speedup_vs(name) for r in correct) if s is not None]
+            fast = sum(any((t.result.speedup_vs(name) or 0.0) >= 1.0 for tr in group for t in tr.turns)
+                       for group in groups)
+            rows.append(BaselineRow(label, name, len(groups), len(correct), len(speedups),
+                                    sum(speedups) / len(speedups) if speedups else None, fast / max(len(groups), 1)))
+    return rows
+
+
+def metrics_records(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow],
+                    baseline_rows: Sequence[BaselineRow] = ()) -> list[dict]:
     """Flat, namespaced records for ``metrics.jsonl``: one per turn budget, one per configuration.
 
     Keys: ``table`` ("turns" | "budget"), ``turns`` or ``config``, then ``correct/best@k``,
     ``correct/avg@k``, ``speedup/best@k``, ``speedup/avg@k``, ``fast_1/best@k``, ``fast_1/avg@k``,
-    ``fast_1.5/best@k``, ``fast_1.5/avg@k``, each also with ``_lo`` and ``_hi``, and ``compute/...``.
+    ``fast_1.5/best@k``, ``fast_1.5/avg@k``, each also with ``_lo`` and ``_hi``, and ``compute/...``; then one
+    record per `BaselineRow` (``table`` "baselines": ``config``, ``baseline``, ``speedup/mean_correct``,
+    ``fast_1``, ``kernels/correct``, ``kernels/timed``, ``n_tasks``).
     """
     records = []
     for row in turn_rows:
@@ -295,6 +347,10 @@ def metrics_records(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRo
     for row in budget_rows:
         records.append({"table": "budget", "config": row.label, "m": row.m, "n": row.n,
                         "n_tasks": row.n_tasks, **_flat(row.summary), **_flat_compute(row.compute)})
+    for b in baseline_rows:
+        records.append({"table": "baselines", "config": b.config, "baseline": b.baseline, "n_tasks": b.n_tasks,
+                        "speedup/mean_correct": b.mean_speedup, "fast_1": b.fast1, "kernels/correct": b.n_correct,
+                        "kernels/timed": b.n_timed})
     return records
 
 
@@ -345,6 +401,10 @@ def _summary_cells(s: Summary) -> list[str]:
             _pct(s.fast1_best), _pct(s.fast1_avg), _pct(s.fast15_best), _pct(s.fast15_avg)]
 
 
+_BASELINE_WORDS = {"eager": " in eager PyTorch, default settings", "tf32": " in eager PyTorch with TF32 allowed",
+                   "compile": " under torch.compile"}
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -353,10 +413,15 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRow], *,
                     title: str = "Evaluation", n_tasks: int | None = None, alpha: float = 0.05,
                     settings: Mapping[str, object] | None = None,
-                    plots: Sequence[str] = ()) -> str:
-    """The report as markdown text (pure; ``write_markdown_report`` writes it)."""
+                    plots: Sequence[str] = (), baseline_rows: Sequence[BaselineRow] = (),
+                    rules: str | None = None, baseline: str | None = None) -> str:
+    """The report as markdown text (pure; ``write_markdown_report`` writes it). ``rules`` and ``baseline``
+    name the sandbox's rule set and the reference timing the speedups of Tables 1 and 2 divide by."""
     ci = f"{100 * (1 - alpha):.0f}%"
     lines = [f"# {title}", ""]
+    if rules is not None or baseline is not None:
+        lines += [f"Rule set: {rules or 'not recorded'}. Speedups divide by the {baseline or 'unrecorded'} "
+                  "baseline (the reference's runtime" + _BASELINE_WORDS.get(baseline or "", "") + ").", ""]
     if n_tasks is not None:
         lines += [f"{n_tasks} tasks. Every number is a mean over tasks with its {ci} percentile-bootstrap "
                   "interval over tasks in brackets. A trajectory is correct if one of its kernels is; "
@@ -393,6 +458,17 @@ def markdown_report(turn_rows: Sequence[TurnRow], budget_rows: Sequence[BudgetRo
                                  for r in budget_rows for c in [r.compute]])
         if any(r.compute.kernels and not r.compute.generated_tokens for r in budget_rows):
             lines += ["", "Token counts of 0 mean the backend reported neither token ids nor usage counts."]
+        lines.append("")
+    if baseline_rows:
+        lines += ["## Speedup against each baseline", "",
+                  "Per configuration, every kernel: the mean speedup of the correct kernels timed against that "
+                  "baseline, and fast_1, the share of tasks with a correct kernel at least as fast as it "
+                  "(eager: PyTorch's defaults; tf32: TF32 matmuls and convolutions allowed; compile: "
+                  "`torch.compile`).", ""]
+        lines += _table(["config", "baseline", "mean speedup (correct)", "fast_1", "correct kernels timed"],
+                        [[b.config, b.baseline + (" (used above)" if b.baseline == baseline else ""),
+                          "n/a" if b.mean_speedup is None else f"{b.mean_speedup:.2f}x", f"{100 * b.fast1:.1f}%",
+                          f"{b.n_timed}/{b.n_correct}"] for b in baseline_rows])
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]

@@ -188,6 +188,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     timing_flags = _guards.numerics_flags()  # the flags are compared with these while timing
     try:
         run = time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
+                         inventory=profiled_ops if job.get("inventory", True) else None,
                          audit=lambda full: wires.changes(dispatcher=full, flags=timing_flags),
                          null_call=null_call, mark=lambda name, index: send(name, index=index))
     except BaseException as exc:

@@ -136,6 +136,45 @@ def _mark_light_failed(light_dir: str) -> None:
         os.close(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
 
 
+MAX_BUILD_LOG = 12000
+_BUILD_FAILED = re.compile(r"Error building extension '[^'\n]*'(?::[ ]?)?")
+
+
+class BuildError(RuntimeError):
+    """A failed ``load_inline`` build; its message is the compiler's output (`clean_build_log`), which the worker's
+    ``error`` report carries to the parent's compile-error feedback. ``log``: that output alone."""
+
+    def __init__(self, name: str, log: str):
+        self.log = log
+        super().__init__(f"Error building extension '{name}':\n{log}" if log else f"Error building extension '{name}'")
+
+
+def clean_build_log(output: str, build_dir: str, limit: int = MAX_BUILD_LOG) -> str:
+    """ninja's output of a failed build with its progress lines and compiler command lines dropped and the build
+    directory stripped from paths (``main.cpp:12:5: error: ...``); the head kept, where the first errors are.
+
+    >>> clean_build_log("[1/2] c++ -c /b/main.cpp\\nFAILED: main.o\\nc++ -c /b/main.cpp\\n/b/main.cpp:3:1: error: x\\n"
+    ...                 "ninja: build stopped: subcommand failed.", "/b")
+    'main.cpp:3:1: error: x'
+    """
+    kept: list[str] = []
+    after_failed = False
+    for line in output.splitlines():
+        if after_failed:  # ninja prints the failed command on the line after ``FAILED: <target>``
+            after_failed = False
+            continue
+        if line.startswith("FAILED: "):
+            after_failed = True
+            continue
+        if re.match(r"\[\d+/\d+\] ", line) or line.startswith("ninja: "):
+            continue
+        kept.append(line)
+    text = "\n".join(kept).strip()
+    for d in {build_dir.rstrip("/"), os.path.realpath(build_dir)}:
+        text = text.replace(d + "/", "").replace(d, ".")
+    return text if len(text) <= limit else text[:limit] + "\n[... build log trimmed]"
+
+
 def build_key(arguments: dict[str, Any], backend: str) -> str:
     """The content hash of one ``load_inline`` call (its bound arguments)."""
     import torch
@@ -254,11 +293,19 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
 
     def build(arguments: dict[str, Any], build_dir: str) -> Any:
         os.makedirs(build_dir, exist_ok=True)
-        arguments = {**arguments, "build_directory": build_dir}
+        # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
+        arguments = {**arguments, "build_directory": build_dir, "verbose": False}
         if on_build is not None:
             on_build(build_dir)
         with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):
-            return original(**arguments)
+            try:
+                return original(**arguments)
+            except RuntimeError as exc:
+                failed = _BUILD_FAILED.match(str(exc))
+                if failed is None or isinstance(exc, BuildError):
+                    raise
+                name = str(arguments.get("name"))
+                raise BuildError(name, clean_build_log(str(exc)[failed.end():], build_dir)) from None
 
     load_inline.__doc__ = original.__doc__
     ce.load_inline = load_inline

@@ -8,19 +8,21 @@
 3. draws ``n_sets`` correctness sets and ``n_rechecks`` recheck sets from the secret seed
    (:mod:`._inputs`), keeping a variant only where the reference stays finite on it;
 4. computes golden outputs (and, in calibrate mode, the outputs on subsampled inputs);
-5. times the reference with the candidate's protocol (:mod:`.timing`) when asked;
+5. times the reference with the candidate's protocol (:mod:`.timing`) when asked, once per baseline of the
+   job (eager, eager with TF32, ``torch.compile``; `time_baselines`);
 6. writes ``inputs.safetensors`` (``sub.safetensors``) and ``meta.json``, and sends the golden outputs to
    the parent as safetensors bytes over a private pipe: they are never on disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -152,14 +154,12 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         meta["loop_overhead_ms"], meta["loop_overhead_cpu_ms"] = loop_overhead_ms(sets, job, device)
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
-        with torch.no_grad():
-            run = timing.time_calls(
-                lambda args: model(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
-                n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
-                rng=random.Random(int(job["seed"])), launch_cover_us=float(job["timing"]["launch_cover_us"]),
-                audit=same_audit_work(),
-            )
-        meta["baseline"] = run.summary()
+        names = list(job.get("baselines") or ["eager"])
+        meta["baselines"], errors = time_baselines(model, pool, names, job, device)
+        if errors:
+            meta["baseline_errors"] = errors
+        if names[0] in meta["baselines"]:
+            meta["baseline"] = meta["baselines"][names[0]]
     save_file(in_tensors, os.path.join(out_dir, "inputs.safetensors"))
     # Golden outputs never touch the disk (a candidate process of the same user could read a file):
     # they go to the parent as safetensors bytes over the private data pipe.
@@ -168,6 +168,71 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f)
     return meta
+
+
+@contextlib.contextmanager
+def tf32_allowed() -> Iterator[None]:
+    """TF32 for float32 matmuls and cuDNN convolutions inside the block; the previous settings restored after."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def compiled(model: Any, pool: list[list[Any]], n_warmup: int) -> tuple[Callable[..., Any], float]:
+    """``torch.compile(model)`` (default mode) and the seconds its untimed warm-up calls took (the compilation).
+
+    One compile thread: no pool of inductor workers outlives the golden process.
+    """
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1
+    fn = torch.compile(model)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for k in range(max(2, n_warmup)):  # the first call compiles; later ones would show a recompilation
+            fn(*pool[k % len(pool)])
+    return fn, time.perf_counter() - t0
+
+
+def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dict[str, Any],
+                   device: torch.device) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Time the reference once per baseline name ("eager", "tf32", "compile") with the candidates' protocol.
+
+    Returns ({name: timing summary}, {name: error}): a baseline that fails (a model torch.compile cannot
+    compile) is left out with its error, and the others are still timed.
+    """
+    summaries: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            fn, settings, extra = model, contextlib.nullcontext(), {}
+            if name == "tf32":
+                settings = tf32_allowed()
+            elif name == "compile":
+                fn, compile_s = compiled(model, pool, int(job["timing"]["n_warmup"]))
+                extra = {"compile_s": round(compile_s, 3)}
+            elif name != "eager":
+                raise ValueError(f"unknown baseline {name!r}")
+            with settings, torch.no_grad():
+                run = timing.time_calls(
+                    lambda args: fn(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
+                    n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
+                    rng=random.Random(int(job["seed"])), launch_cover_us=float(job["timing"]["launch_cover_us"]),
+                    audit=same_audit_work(),
+                )
+            if not run.samples_ms:
+                raise RuntimeError("no timed samples: " + "; ".join(run.errors[:2]))
+            summaries[name] = {**run.summary(), **extra}
+        except Exception as exc:  # noqa: BLE001 - one baseline failing leaves the others and the golden data
+            errors[name] = _worker.error_text(exc, 2000)
+    return summaries, errors
 
 
 def same_audit_work() -> Callable[[bool], list[str]]:

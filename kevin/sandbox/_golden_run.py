@@ -58,7 +58,9 @@ def run_golden(
 ) -> dict[str, Golden]:
     """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
 
-    ``gpu`` is the physical GPU id (None = CPU). ``baseline_keys``: tasks whose reference is also timed.
+    ``gpu`` is the physical GPU id (None = CPU). ``baseline_keys``: tasks whose reference is also timed, once per
+    name of ``config.baselines_for(backend)``: ``meta["baselines"]`` = {name: timing summary}, ``meta["baseline"]``
+    = the configured ``config.baseline``'s, ``meta["baseline_errors"]`` = {name: error} for any that failed.
     """
     scratch = tempfile.mkdtemp(prefix="golden-", dir=root)
     specs = []
@@ -75,6 +77,7 @@ def run_golden(
         "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
         "tasks": specs,
         "measure_loop": mode != "calibrate" and config.measure_speed,
+        "baselines": list(config.baselines_for("cuda" if gpu is not None else "cpu")),
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
     }

@@ -177,6 +177,7 @@ class CandidateRun:
         self.config = config
         self.deadline = deadline  # the batch's (monotonic): every wait ends by then as well as by its own limit
         self.backend = backend
+        self.src = src
         self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
         self.t0 = time.monotonic()
         self.details: dict[str, Any] = {}
@@ -213,7 +214,7 @@ class CandidateRun:
         if msg is not None and msg.event == "error":
             log = str(msg.data.get("message", ""))
             self.details["compile_log"] = log[-8000:]
-            return EvalResult("compile_error", feedback.compile_error_feedback(log), details=self.details)
+            return EvalResult("compile_error", feedback.compile_error_feedback(log, source=self.src), details=self.details)
         result = self._crash(msg, deadline, self.config.compile_timeout_s)
         if result.status == "timeout":
             self._clear_build_locks()
@@ -376,7 +377,7 @@ class CandidateRun:
             text = str(msg.data.get("message", ""))
             details["traceback"] = text
             if where == "import":
-                return EvalResult("compile_error", feedback.compile_error_feedback(text), details=details)
+                return EvalResult("compile_error", feedback.compile_error_feedback(text, source=self.src), details=details)
             return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),
                               details=details)
         if msg is not None and msg.event == "garbage":

@@ -10,12 +10,16 @@ parent lists the libraries the candidate process has mapped from the extension c
 Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views); ATen's
 per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda::<op>``, ...) and its native
 implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
-libstdc++); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
+libstdc++) and background work in ATen's, c10's and OpenMP's thread pools (``at::launch``, ``c10::ThreadPool``,
+OpenMP tasks; ``FORBIDDEN_POOLS``), with the calls that change their thread counts; Python C-API functions outside
+the allow-list of what pybind11's bindings import (``PYTHON_ALLOWED``: no ``PyRun_*``, ``PyImport_*``,
+``PyEval_GetFrame``, ``PyObject_Call``, ...; the same table for both backends); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
 system calls (on CUDA less ``open`` and ``syscall``, which every honest build on the H200 image imports); and on
 CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups, L2
 persistence calls and device limits (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``). Not c10's stream pool:
 honest device guards import it (the comment at ``FORBIDDEN_DRIVER``).
-Python's C API cannot be judged this way: pybind11's own binding code imports it in every extension.
+Python's C API can be judged only in part: pybind11's own binding code imports a few generic calls in every
+extension (``PYTHON_ALLOWED``'s comment says which), so the source scan stays the defence against those.
 
 Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
 and ``syscall`` as well, so the CPU backend rejects honest kernels built there (``benchmarks/results/
@@ -68,6 +72,71 @@ _ATEN_BACKEND = re.compile(
 _ATEN_NATIVE = re.compile(r"^at::native::(\w+)")
 # C++ threads (``std::thread`` starts its thread inside libstdc++, so ``pthread_create`` is not imported).
 FORBIDDEN_CPP = ("std::thread::_M_start_thread", "std::thread::detach", "std::jthread", "std::__future_base")
+# Background work in library thread pools: ATen's and c10's pools (``at::launch``, ``at::intraop_launch``,
+# ``c10::ThreadPool``), which run work after the call has returned, and the calls that change the pools' thread
+# counts. OpenMP tasks, target regions and thread-count settings (libgomp's and LLVM's), and C11 threads.
+# ``at::parallel_for`` and ``#pragma omp parallel for`` end before the call returns and import none of these.
+FORBIDDEN_POOLS = re.compile(
+    r"^(?:vtable for |typeinfo for |VTT for |construction vtable for )?"
+    r"(?:c10::(?:\w+::)*(?:Task)?ThreadPool\w*|at::PTThreadPool|at::(?:internal::)?(?:launch|intraop_launch\w*"
+    r"|launch_no_thread_state|set_num_threads|set_num_interop_threads|_?get_\w*pool\w*)\b)"
+    r"|^(?:omp_set_\w+|GOMP_task\w*|GOMP_target\w*|__kmpc_omp_task\w*|__kmpc_taskloop\w*|__kmpc_omp_target\w*"
+    r"|thrd_create)$")
+# Python's C API: an ALLOW-list. pybind11's binding code and torch's casters import these in every honest build
+# (CPU and CUDA link the same main.cpp bindings; a .cu unit that includes <torch/extension.h> imports a subset):
+# the exact names below were read with ``nm -D --undefined-only`` from honest load_inline builds (ReLU, Linear +
+# ReLU, and one with parallel_for, Vectorized and every common argument type: doubles, ints, bools, lists,
+# optionals, strings, scalars, dtypes, devices, tuples and vectors of tensors; torch 2.13, Python 3.11), plus the
+# same calls' spellings in other Python versions (3.12's raised-exception API, 3.13's thread-state and critical
+# sections). Besides, value conversions and containers of whole families (``PyLong_*``, ``PyTuple_*``, ...),
+# exception objects and type objects: an argument type or a Python version changes which of them are imported,
+# and none runs code. Everything else Py-prefixed is refused: running source (``PyRun_*``, ``Py_CompileString``,
+# ``PyEval_EvalCode``), imports (``PyImport_*``), frames and the interpreter's state (``PyEval_GetFrame``,
+# ``PyThreadState_GetFrame``, ``PySys_*``), and generic calls (``PyObject_Call*``, ``PyObject_Vectorcall*``).
+# Not proof against everything: pybind11's own error path imports ``PyEval_GetBuiltins``,
+# ``PyObject_GetAttrString`` and ``PyObject_CallFunctionObjArgs``, enough in principle to reach ``__import__``; the
+# static layer bans every Python C-API name and ``pybind11::`` object access in the source.
+PYTHON_ALLOWED = frozenset("""
+PyBaseObject_Type PyByteArray_AsString PyByteArray_Size PyByteArray_Type PyBytes_AsString PyBytes_AsStringAndSize
+PyBytes_Size PyCFunction_Type PyCMethod_New PyCapsule_GetContext PyCapsule_GetName PyCapsule_GetPointer
+PyCapsule_New PyCapsule_SetContext PyCapsule_SetDestructor PyDict_Contains PyDict_GetItemWithError PyDict_New
+PyDict_SetDefault PyDict_Type PyErr_Clear PyErr_Fetch PyErr_Format PyErr_NormalizeException PyErr_Occurred
+PyErr_Restore PyErr_SetObject PyErr_SetString PyErr_WarnEx PyErr_WriteUnraisable PyEval_AcquireThread
+PyEval_GetBuiltins PyEval_SaveThread PyEval_RestoreThread PyException_SetCause PyException_SetContext
+PyException_SetTraceback PyFloat_AsDouble PyFloat_Type PyFrame_GetBack PyFrame_GetCode PyFrame_GetLineNumber
+PyFrozenSet_Type PyGILState_Check PyGILState_Ensure PyGILState_GetThisThreadState PyGILState_Release PyGen_Type
+PyIndex_Check PyInstanceMethod_New PyInstanceMethod_Type PyInterpreterState_GetDict PyInterpreterState_Get
+PyIter_Next PyList_New PyList_Size PyLong_AsLong PyLong_FromSsize_t PyMem_Calloc PyMem_Free PyMem_Malloc
+PyModuleDef_Init PyModule_AddObject PyModule_AddObjectRef PyModule_NewObject PyModule_Type PyNumber_Add
+PyNumber_Check PyNumber_Float PyNumber_Long PyObject_CallFunctionObjArgs PyObject_ClearWeakRefs PyObject_Free
+PyObject_GC_UnTrack PyObject_GetAttrString PyObject_GetItem PyObject_GetIter PyObject_HasAttrString
+PyObject_IsInstance PyObject_Repr PyObject_SetAttrString PyObject_SetItem PyObject_Str PyProperty_Type
+PySequence_Check PySequence_Size PySequence_Tuple PySet_Type PyThreadState_Clear PyThreadState_DeleteCurrent
+PyThreadState_New PyThreadState_Get PyThreadState_GetUnchecked PyThread_tss_create PyThread_tss_delete
+PyThread_tss_get PyThread_tss_set PyTuple_New PyTuple_SetItem PyType_FromSpec PyType_IsSubtype PyType_Ready
+PyType_Type PyType_GetFlags PyUnicode_AsEncodedString PyUnicode_AsUTF8AndSize PyUnicode_AsUTF8String
+PyUnicode_Compare PyUnicode_DecodeUTF8 PyUnicode_FromString PyUnicode_InternFromString PyWeakref_NewRef
+Py_GetVersion Py_IsFinalizing Py_IncRef Py_DecRef PyErr_GetRaisedException PyErr_SetRaisedException
+PyMutex_Lock PyMutex_Unlock PyCriticalSection_Begin PyCriticalSection_End PyCriticalSection2_Begin
+PyCriticalSection2_End _PyObject_GetDictPtr _PyObject_New _PyThreadState_UncheckedGet _PyType_Lookup _Py_Dealloc
+_Py_IncRef _Py_DecRef _Py_IsFinalizing _Py_FalseStruct _Py_NoneStruct _Py_NotImplementedStruct _Py_TrueStruct
+_Py_EllipsisObject
+""".split())
+PYTHON_ALLOWED_FAMILIES = re.compile(
+    r"^(?:Py(?:Long|Float|Bool|Complex|Bytes|ByteArray|Unicode|Tuple|List|Set|FrozenSet|Slice|Index|Number|Sequence"
+    r"|Iter|Capsule|Mem|Exc|Exception|Weakref|GILState|Thread_tss|MemoryView|Buffer)_\w+|Py\w+_Type)$")
+_PYTHON = re.compile(r"^_?Py")
+
+
+def python_api_allowed(name: str) -> bool:
+    """Whether an imported Python C-API symbol is one an honest pybind11/torch extension imports.
+
+    >>> python_api_allowed("PyTuple_New"), python_api_allowed("PyLong_AsLongLong"), python_api_allowed("PyRun_SimpleStringFlags")
+    (True, True, False)
+    >>> python_api_allowed("PyImport_ImportModule"), python_api_allowed("PyEval_GetFrame"), python_api_allowed("PyObject_Call")
+    (False, False, False)
+    """
+    return name in PYTHON_ALLOWED or bool(PYTHON_ALLOWED_FAMILIES.match(name))
 
 
 _ALLOWED_STRUCTS: frozenset[str] | None = None
@@ -171,9 +240,13 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
                 op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
                 out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
                            "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
-            if s.startswith(FORBIDDEN_CPP):
-                out.append(f"the built extension {name} imports {s.split('(')[0]} (threads are not allowed)")
+            if s.startswith(FORBIDDEN_CPP) or FORBIDDEN_POOLS.match(s):
+                out.append(f"the built extension {name} imports {s.split('(')[0]} (threads and background work in "
+                           "thread pools are not allowed)")
             bare = s.split("(")[0]
+            if _PYTHON.match(bare) and not python_api_allowed(bare):
+                out.append(f"the built extension {name} imports {bare} from Python's C API (only what pybind11's "
+                           "bindings use is allowed: no running code, imports, frames or interpreter state)")
             if bare in forbidden:
                 out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
                            "and system calls are not allowed)")

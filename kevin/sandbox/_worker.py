@@ -70,9 +70,42 @@ def parse_argv(argv: list[str]) -> tuple[dict[str, Any], Channel]:
     return job, Channel(report_fd, command_fd, data_fd)
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _own_frame(frame: traceback.FrameSummary) -> bool:
+    """A frame of this package or of Python's import machinery: noise in the candidate's feedback."""
+    name = frame.filename or ""
+    return name.startswith(_PACKAGE) or name.startswith("<frozen importlib")
+
+
 def error_text(exc: BaseException, limit: int = 4000) -> str:
-    """The exception with its traceback, the last ``limit`` characters (the useful end)."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    """The exception with its traceback, the last ``limit`` characters (the useful end), without the sandbox's own
+    frames and with paths scrubbed (`feedback.scrub_paths`): the text becomes the model's feedback."""
+    try:
+        top = traceback.TracebackException.from_exception(exc)
+        seen: set[int] = set()
+        todo = [top]
+        while todo:
+            te = todo.pop()
+            if id(te) in seen:
+                continue
+            seen.add(id(te))
+            te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _own_frame(f)])
+            todo.extend(x for x in (te.__cause__, te.__context__) if x is not None)
+            todo.extend(getattr(te, "exceptions", None) or [])
+        text = "".join(top.format())
+    except Exception:  # noqa: BLE001 - an exception that cannot be formatted so: the plain traceback
+        try:
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        except Exception:  # noqa: BLE001 - e.g. a __str__ that raises
+            text = f"{type(exc).__name__} (its message could not be formatted)"
+    try:
+        from .feedback import scrub_paths
+
+        text = scrub_paths(text)
+    except Exception:  # noqa: BLE001 - the parent scrubs again
+        pass
     return text[-limit:]
 
 

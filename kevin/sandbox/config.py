@@ -149,7 +149,7 @@ class SandboxConfig:
         """Every reference timing taken on ``backend``: ``baseline`` first, then the extra ones."""
         extra = self.extra_baselines
         if extra is None:
-            extra = ("tf32", "compile") if backend == "cuda" else ()
+            extra = BASELINES if backend == "cuda" else ()
         return (self.baseline,) + tuple(b for b in extra if b != self.baseline)
 
     def resolved_cache_dir(self) -> str:

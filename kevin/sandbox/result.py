@@ -59,4 +59,6 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
-        return cls(**d)  # records written before ``baselines_ms`` existed load with it empty
+        d = dict(d)  # records written before ``baselines_ms`` existed load with it empty
+        d["baselines_ms"] = {str(k): float(v) for k, v in (d.get("baselines_ms") or {}).items()}
+        return cls(**d)

@@ -45,7 +45,7 @@ def _static_check(src: str, backend: str, allow_libraries: bool, rules: str = "k
         from .static import check_format
     except ImportError:
         return None
-    return check_format(src, backend=backend, allow_libraries=allow_libraries, **({} if rules == "kevin" else {"rules": rules}))
+    return check_format(src, backend=backend, allow_libraries=allow_libraries, rules=rules)
 
 
 def _cpu_name() -> str:
@@ -125,8 +125,8 @@ class DeviceGate:
     caller has waited more than ``patience_s`` seconds: so a timing is never starved, yet a correctness run that
     arrives just after timings began to queue goes first. That order matters when many candidates finish
     compiling together: a correctness run is what lets a candidate queue for its timing (with the stricter rule,
-    7 of 16 candidates of run 19 waited 6 s behind 9 timings before their correctness runs could start, then
-    the GPU idled while their outputs were compared).
+    candidates waited seconds behind timings before their correctness runs could start, then the GPU idled
+    while their outputs were compared).
     One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
@@ -397,8 +397,7 @@ class Sandbox:
             result = state.timeout_result()
         details = dict(result.details)
         details["phase_seconds"] = state.phase_seconds()
-        scrub = getattr(feedback, "scrub_paths", lambda x: x)
-        return dataclasses.replace(result, details=scrub(details), feedback=scrub(result.feedback))
+        return dataclasses.replace(result, details=feedback.scrub_paths(details), feedback=feedback.scrub_paths(result.feedback))
 
     def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
         t0 = time.monotonic()
@@ -519,7 +518,8 @@ class Sandbox:
 
     def _baseline_key(self, task_src: str, slot: Any) -> str:
         return _resolve.sha256(task_src, self.backend, self._device_names[slot],
-                               json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version())
+                               json.dumps(self.config.timing_settings(), sort_keys=True), _judge.torch_version(),
+                               ",".join(self.config.baselines_for(self.backend)))
 
     def _baselines_of(self, task_src: str, slot: Any) -> dict[str, float]:
         """The reference's runtimes on ``slot``'s device by baseline name (`SandboxConfig.baselines_for`): this

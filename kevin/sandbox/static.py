@@ -15,6 +15,10 @@ Python rules (by AST, so words inside strings and comments never count):
   ``super().forward``, no class whose body is only ``pass``/``...``.
 - A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, ``Identity``,
   the containers and ``nn.init``), no torch compute function used as a value (``self.f = torch.mm``).
+  Under the "kernelbench" rule set (``rules=``, `config.RULES`) a layer may be built by a call in an
+  ``__init__`` to hold weights, and its ``.weight``/``.bias`` passed to a kernel; running it on the forward path
+  (``self.conv(x)``, ``self.conv.forward(x)``, ``self.seq[0](x)``, a loop variable over a container of layers)
+  is refused. Every other rule is the same under both rule sets.
   On the forward path no PyTorch compute: no ``torch.*``/``F.*`` call other than allocation, shape and
   device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``) or dunder calls; no arithmetic
   or comparison operators, ``sum``/``max``/... builtins or other libraries' calls with a tensor operand
@@ -35,6 +39,16 @@ Python rules (by AST, so words inside strings and comments never count):
   ``__torch_function__``, ``__class__`` swaps, module forward hooks.
 - D1/D2/D6: no threads or processes, no ``torch.cuda.Stream``/``stream``/``wait_stream``/
   ``record_stream``, no ``torch.cuda.Event`` and no ``time``/``timeit``, no ``signal``.
+- E4/E7: no module reached as another module's attribute. Every package's attributes include the modules it
+  imported, so ``torch.os``, ``torch.sys.modules``, ``torch.utils.cpp_extension.subprocess``,
+  ``torch.serialization.pickle`` and ``from torch.utils.cpp_extension import os`` reach what a direct import
+  would be refused. On a chain rooted at an imported module (or a name assigned from one), any later step named
+  after a banned module, ``os``, ``sys`` or ``kevin`` is refused (``torch.signal``, torch's own package, is not
+  the stdlib's). On any other object, the attribute names that are no ordinary word (``.os``, ``.sys``,
+  ``.subprocess``, ``.builtins``, ``.kevin``, ...) are refused, and so is ``getattr`` with any module's name as a
+  literal; ordinary words (``self.time``, ``self.io``) are a user's own attributes there. An imported module may
+  not be used as a value (``[torch][0]``, ``f(torch)``), which would hide the chain behind it; renaming it by
+  assignment (``T = torch``) is followed.
 - B7/E4: no ``exec``/``eval``/``compile``/``__import__``/``importlib``, no ``sys.modules``,
   ``sys._getframe``, ``inspect``, ``gc``, ``ctypes``, no base64/zlib/pickle payloads; no frame, code or
   generator attributes (``gi_frame``, ``f_back``, ``f_code``, ...), also through ``getattr`` with a literal
@@ -45,13 +59,18 @@ Python rules (by AST, so words inside strings and comments never count):
   path; every name in ``functions=[...]`` is defined in the sources.
 
 C++/CUDA rules (on the strings passed to ``load_inline`` as ``cpp_sources``/``cuda_sources``, directly
-or through module-level string variables, comments stripped, object-like ``#define`` and
-``namespace X = Y`` aliases expanded):
+or through module-level string variables; lines ending in a backslash (spaces after it included) spliced
+first, as the preprocessor does before it reads a token, so ``Py\<newline>Run_SimpleString`` is read whole;
+then comments stripped, object-like ``#define`` and ``namespace X = Y`` aliases expanded):
 
 - backend ``"cuda"``: a ``__global__`` kernel in ``cuda_sources``; backend ``"cpu"``: a loop in
   ``cpp_sources`` and no ``cuda_sources``.
-- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, ``a.mm(b)``, ``x.sum()``, and
-  ``a + b``/``out /= n`` on tensor variables of host functions), no
+- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, and ``a.mm(b)``, ``x.sum()``,
+  ``a + b``/``out /= n`` on tensors: variables of host functions declared ``Tensor``, containers of tensors and
+  their elements, ``auto`` locals made by a factory, a layout method or a tensor-returning function of the
+  source, and factory results such as ``torch::ones(..).sum()``). Methods of other types are not tensor compute:
+  ``at::vec::Vectorized<float>``'s ``.exp()``/``.abs()``, ``vec::map``, ``vec::reduce_all`` and a user's own
+  struct with ``.sum()``/``.max()`` stay allowed. No
   dispatcher (``c10::Dispatcher``, ``findSchemaOrThrow``, ``callOp``, ``at::_ops::``), no
   dispatch-key guards (``ExcludeDispatchKeyGuard``, ``DispatchKeySet``: they hide calls from the runtime
   operator inventory), no function-like macros that build qualified names (``#define Q(a, b) a::b``), no
@@ -61,13 +80,25 @@ or through module-level string variables, comments stripped, object-like ``#defi
 - D1/D7: no stream creation (``cudaStreamCreate*``, ``getStreamFromPool``), no CUDA graphs, no L2
   persistence (access-policy window, ``cudaLimitPersistingL2CacheSize``), no ``cudaDeviceSetLimit``,
   no ``cudaEventDisableTiming``.
-- D2/E4: no ``std::thread``/``std::async`` (also spelled ``thread(...)`` after ``using namespace std``),
-  ``fork``/``system``/``popen``/``dlopen``, no token pasting (``##``).
+- D2/E4: no ``std::thread``/``std::async``/``std::packaged_task`` (also spelled ``thread(...)`` after
+  ``using namespace std``), ``fork``/``system``/``popen``/``dlopen``, no token pasting (``##``). No background
+  work in library thread pools, which can outlive the call: ``at::launch``, ``at::intraop_launch``,
+  ``at::internal::launch_no_thread_state``, ``c10::ThreadPool``/``TaskThreadPool``, OpenMP ``task``,
+  ``target`` and ``nowait`` (also through ``_Pragma``), nor the calls that resize pools (``at::set_num_threads``,
+  ``at::set_num_interop_threads``, ``omp_set_*``). Synchronous parallelism, which ends before the call returns,
+  is allowed (``at::parallel_for``, ``#pragma omp parallel for``), and so are thread-count queries
+  (``at::get_num_threads()``, ``omp_get_max_threads()``, ``std::thread::hardware_concurrency()``).
+- E4: no trigraphs (``??/`` is a backslash, and so a line splice, only where the compiler translates
+  trigraphs; no single reading of such a source is the compiler's), comments and strings included.
 - A2: no code inside PyTorch's namespaces (``namespace at { ... }``: from there ATen's functions are reached
   by argument-dependent lookup, with no qualifier to scan), no includes of ATen's per-backend kernels and
   internals (``<ATen/ops/...>``, ``<ATen/CPUFunctions.h>``, ``<ATen/native/...>``), no ``#include`` of a
   computed name.
-- B6: no ``--use_fast_math``/``-ffast-math``/``-Ofast``/ftz flags, no half/bfloat16/tf32 types.
+- B6: no ``--use_fast_math``/``-ffast-math``/``-Ofast``/ftz flags, no half/bfloat16/tf32 types or conversions
+  (``__half``, ``__float2half``, ``at::Half``, ``c10::BFloat16``, ``torch::kFloat16``, ``.to(at::kHalf)``,
+  ``wmma::precision::tf32``, ``.f16``/``.tf32`` in inline PTX). The bare word ``half`` counts only where it is a
+  type (a template argument, a cast, the start of a declaration): a user's ``const float half = 0.5f`` or
+  ``constexpr int kHalf`` is a name, not a downgrade.
 
 Not covered (the dynamic gate's job): ghost branches, caching, input mutation, degenerate outputs,
 reading harness files, strings decoded at run time without an import this scan sees. Plain ``pass``
@@ -82,6 +113,8 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+
+from .config import RULES
 
 BACKENDS = ("cuda", "cpu")
 _MAX_CHARS = 500_000
@@ -185,7 +218,10 @@ _BANNED_CALLS = {
     "sys.stdout": "output redirection", "sys.addaudithook": "audit hooks",
     "os._exit": "early exit", "os.fork": "process creation", "os.forkpty": "process creation",
     "os.system": "process creation", "os.popen": "process creation", "os.kill": "signals",
-    "os.posix_spawn": "process creation", "os.posix_spawnp": "process creation",
+    "os.posix_spawn": "process creation", "os.posix_spawnp": "process creation", "os.fdopen": "file access",
+    "os.truncate": "file access", "os.symlink": "file access", "os.link": "file access", "os.rmdir": "file access",
+    "os.removedirs": "file access", "os.chmod": "file access", "os.execv": "process creation",
+    "os.execve": "process creation", "os.execvp": "process creation", "os.spawnv": "process creation",
     "contextlib.suppress": "swallowing exceptions (a fallback)",
     "torch.utils.cpp_extension.load": "loading sources from files (use load_inline with a string)",
     "torch.ops.load_library": "loading prebuilt libraries (use load_inline with a string)",
@@ -199,6 +235,21 @@ _BANNED_ATTRS = {
     # tensors handed to other array libraries (numpy, DLPack): compute there is invisible to the operator inventory
     "numpy", "__array__", "__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__",
 }
+# Modules that must not be reached as another module's attribute (``torch.os``, ``torch.serialization.pickle``,
+# ``torch.utils.cpp_extension.subprocess``: a red-team finding; through ``sys.modules`` such an alias replaced the
+# harness's timing loop): every banned module, plus the interpreter and OS modules that may be imported directly
+# (``os``, ``sys``) but whose re-exports would dodge the rules written for the direct spelling.
+_MODULE_NAMES = frozenset(_BANNED_MODULES) | {"os", "sys", "posix", "nt", "_io", "_posixsubprocess", "_signal",
+                                             "_ctypes", "resource", "faulthandler", "tracemalloc", "posixpath"}
+# Of those, the ones that are no ordinary word: judged as an attribute of ANY object (``[torch][0].os`` hides the
+# module behind a value). Ordinary words (``time``, ``signal``, ``io``, ``glob``, ...) may name a user's own
+# attribute (``self.time``), so they are judged on chains rooted at an imported module only.
+_MODULE_ATTRS_ANYWHERE = frozenset({
+    "os", "sys", "subprocess", "builtins", "importlib", "ctypes", "kevin", "multiprocessing", "threading", "_thread",
+    "socket", "pickle", "gc", "inspect", "posix", "_posixsubprocess", "shutil", "pathlib", "mmap", "safetensors",
+    "marshal", "runpy", "tempfile", "atexit", "faulthandler", "_io", "_signal", "_ctypes", "posixpath"})
+# torch's own packages that share a banned module's name (window functions, not the stdlib's signal handlers).
+_TORCH_OWN_PACKAGES = ("torch.signal",)
 _REFLECTIVE = ("getattr", "setattr", "delattr", "hasattr")
 _PRIVATE_TORCH = ("torch._C", "torch.utils._python_dispatch", "torch._dispatch", "torch._ops", "torch.library",
                   "torch._library", "torch.overrides")
@@ -221,7 +272,8 @@ _CPP_ALLOWED_ROOT_NAMES = {
     "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "from_blob",
     "arange", "TensorAccessor", "PackedTensorAccessor", "PackedTensorAccessor32",
     "PackedTensorAccessor64", "GenericPackedTensorAccessor", "RestrictPtrTraits", "DefaultPtrTraits",
-    "parallel_for", "get_num_threads", "acc_type", "opmath_type", "NoGradGuard", "device", "dtype",
+    "parallel_for", "parallel_reduce", "get_num_threads", "get_thread_num", "get_num_interop_threads",
+    "in_parallel_region", "acc_type", "opmath_type", "NoGradGuard", "device", "dtype",
     "elementSize", "toString", "optional", "nullopt", "Half", "BFloat16", "TensorList", "kStrided",
     "check", "Generator", "DeviceGuard", "OptionalDeviceGuard", "ceil_div", "divup",
 }
@@ -261,14 +313,27 @@ _CPP_L2 = re.compile(
     r"\b(cudaStreamAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*"
     r"|cudaLimitPersistingL2CacheSize|cudaCtxResetPersistingL2Cache|cudaDeviceSetLimit"
     r"|cudaStreamSetAttribute|cudaAccessPolicyWindow)\b")
+# Starting a thread, not asking how many there are: ``std::thread::hardware_concurrency()`` and ``std::thread::id``
+# are queries.
 _CPP_PROCESS = re.compile(
-    r"\bstd\s*::\s*(thread|jthread|async)\b|\b(pthread_create|vfork|dlopen|dlsym)\b"
-
+    r"\bstd\s*::\s*(?:(?:thread|jthread)\b(?!\s*::\s*(?:hardware_concurrency|id)\b)|async\b|packaged_task\b)"
+    r"|\b(pthread_create|thrd_create|vfork|dlopen|dlsym)\b"
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
 # After `using namespace std` a thread needs no `std::` (a red-team finding); only then, since `dim3 threads(256)` and
 # the like are common in honest kernels.
 _CPP_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
-_CPP_BARE_THREAD = re.compile(r"\b(thread|jthread)\b\s*(?:\w+\s*)?[({]|\basync\s*\(")
+_CPP_BARE_THREAD = re.compile(r"\b(thread|jthread)\b\s*(?:\w+\s*)?[({]|\basync\s*\(|\bpackaged_task\b")
+# Background work in library thread pools: it can outlive the call that queued it (timed as nothing, or finishing
+# once the harness has read the output). ATen's and c10's pools (``at::launch``, ``at::intraop_launch``,
+# ``c10::ThreadPool``), the calls that resize them, and OpenMP tasks, target regions and ``nowait`` (the scan does
+# not prove a ``nowait`` construct sits inside a region that joins). Synchronous parallelism stays allowed:
+# ``at::parallel_for`` and ``#pragma omp parallel for`` end before the call returns, as PyTorch's own kernels do.
+_CPP_POOLS = re.compile(
+    r"\b(?:\w*ThreadPool\w*|intraop_launch\w*|launch_no_thread_state|set_num_threads|set_num_interop_threads"
+    r"|omp_set_\w+|_?get_\w*thread_pool\w*|_get_intraop_pool)\b"
+    r"|\b(?:at|torch|aten)\s*::\s*(?:internal\s*::\s*)?launch\b"
+    r"|#\s*pragma\s+omp\b[^\n]*?\b(?:task\w*|target|nowait)\b"
+    r"|\b_Pragma\s*\(\s*\"\s*omp\b[^\"\n]*?\b(?:task\w*|target|nowait)\b")
 _CPP_MEMORY = re.compile(
     r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|sigset|sigsetjmp|siglongjmp"
     r"|from_blob|shm_open|memfd_create|syscall|SYS_\w+|__NR_\w+)\b|\bsignal\s*\(|&\s*signal\b")
@@ -283,7 +348,11 @@ _CPP_PYTHON = re.compile(
 _CPP_HOOKS = re.compile(
     r"\b(TORCH_LIBRARY\w*|c10::Storage|StorageImpl|SetAllocator|GetAllocator|DataPtr|set_data_ptr\w*"
     r"|RecordFunction|addGlobalCallback|addThreadLocalCallback)\b|\.\s*impl\s*\(|torch/library\.h"
-    r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:|\?\?=")
+    r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:")
+# Trigraphs: ``??/`` is a backslash, so ``??/`` before a newline splices lines in a compiler that translates
+# trigraphs and not in one that does not (GCC's ISO and GNU modes differ): no single reading of such a source is
+# the compiler's, so any trigraph is refused, comments and strings included.
+_CPP_TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _CPP_EXTERN_C = re.compile(r"\bextern\s*\"C\"")
 # Code placed in PyTorch's own namespaces reaches their functions by argument-dependent lookup with no qualifier
 # the scan could see (``namespace at { Tensor f(const Tensor& x) { return cpu::clamp_min(x, 0); } }``, then
@@ -295,10 +364,20 @@ _CPP_ATEN_INTERNALS = re.compile(
 _CPP_COMPUTED_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]+(?![<\"])\S+", re.M)
 _CPP_SYSCALL_TEXT = re.compile(r"\b(syscall|sysenter)\b|\bint\s*\$?0x80\b")  # with strings: inline asm
 _CPP_MACRO_QUALIFIER = re.compile(r"\b(?!(?:decltype|if|while|for|switch|return|sizeof|alignof)\b)([A-Za-z_]\w*)\s*\([^()]*\)\s*::")
+# Precision downgrades are types and conversions, not names: ``__half``, ``at::Half``, ``torch::kFloat16``,
+# ``__float2half``, ``wmma::precision::tf32``. A user's constant ``kHalf`` or variable ``half`` is no downgrade, so
+# the bare words count only where the scan can see a type: ``half``/``half2`` as a template argument, in a cast, or
+# starting a declaration (``half x``, ``__shared__ half2 t[..]``, ``(half* p``: ``half * x`` is a product).
 _CPP_PRECISION = re.compile(
-    r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float"
-    r"|_Float16|__fp16|__bf16|kHalf|kFloat16|kBFloat16|c10::Half|c10::BFloat16|at::Half|at::BFloat16"
-    r"|__float_to_tf32|wmma::precision::tf32|tf32)\b")
+    r"\b(__half\w*|__float2half\w*|__half2float\w*|__nv_bfloat16\w*|__nv_half\w*|__float2bfloat16\w*"
+    r"|__bfloat162float\w*|__nv_fp8\w*|nv_bfloat162?|_Float16|__fp16|__bf16|__float_to_tf32|__float2tf32\w*)\b"
+    r"|\b(?:torch|at|c10)\s*::\s*(?:ScalarType\s*::\s*)?(?:kHalf|kFloat16|kBFloat16|kFloat8\w*|Half|BFloat16|Float8\w*)\b"
+    r"|\bScalarType\s*::\s*(?:Half|BFloat16|Float8\w*)\b|\bprecision\s*::\s*tf32\b"
+    r"|<\s*(?:const\s+)?half2?\s*[*&]*\s*[>,]|\(\s*(?:const\s+)?half2?\s*[*&]*\s*\)\s*(?=[\w(])"
+    r"|(?:^|[;{}(,]|\b(?:const|static|volatile|__shared__|register|extern|constexpr|inline)\b)[ \t]*half2?"
+    r"(?:[ \t]*[*&]+(?![ \t])|[*&]+[ \t]*|[ \t]+)(?:__restrict__[ \t]+)?[A-Za-z_]\w*[ \t]*[=;,\[()]", re.M)
+# Half-precision types in inline PTX (``cvt.rna.tf32.f32``, ``mma.sync...f16``): read with the strings.
+_CPP_PTX_PRECISION = re.compile(r"\b(?:cvt|mma|wmma|ld|st|fma|add|mul)\.[\w.]*?\.(?:tf32|f16|bf16|f16x2|bf16x2|e4m3|e5m2)\b")
 _FAST_MATH = re.compile(r"fast[-_]math|-Ofast\b|-?-ftz=true|-?-prec-div=false|-?-prec-sqrt=false")
 _CPP_ATEN = re.compile(r"\b(torch|at|aten|c10)\s*::\s*((?:\w+\s*::\s*)*)(\w+)")
 _CPP_USING = re.compile(r"\busing\s+namespace\s+(torch|at|aten|c10)\b(?!\s*::\s*(indexing|cuda))"
@@ -307,21 +386,24 @@ _CPP_USING = re.compile(r"\busing\s+namespace\s+(torch|at|aten|c10)\b(?!\s*::\s*
 
 @dataclass(frozen=True)
 class _Source:
-    """One C++/CUDA source argument of a load_inline call, comments stripped and macros expanded."""
+    """One C++/CUDA source argument of a load_inline call, lines spliced, comments stripped and macros expanded."""
 
     kind: str  # "cpp_sources" or "cuda_sources"
     text: str
+    raw: str = ""  # as written: for the rules about the spelling itself (trigraphs)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Entry point
 
 
-def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False) -> list[str]:
+def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False,
+                 rules: str = "kevin") -> list[str]:
     """Static format and reward-hacking check of a candidate program; [] when acceptable.
 
     Each violation is one short line naming the rule, the offending name and its line, and what to do
-    instead (it becomes the model's feedback). Advisory: see the module docstring.
+    instead (it becomes the model's feedback). Advisory: see the module docstring. ``rules`` names the rule
+    set (`config.RULES`): "kernelbench" lets ``__init__`` build ``torch.nn`` layers to hold weights.
 
     >>> check_format("x = 1", backend="tpu")
     Traceback (most recent call last):
@@ -332,6 +414,9 @@ def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: 
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if rules not in RULES:
+        raise ValueError(f"unknown rules {rules!r}; expected one of {tuple(RULES)}")
+    layers_in_init = bool(RULES[rules]["nn_modules_in_init"])
     if len(candidate_src) > _MAX_CHARS:  # keeps the scan's time bounded (about 1 s per 300 kB)
         return [f"program is {len(candidate_src)} characters long (limit {_MAX_CHARS}): write a shorter one"]
     try:
@@ -343,8 +428,11 @@ def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: 
     out += _check_model_new(mod)
     out += _check_fallbacks(mod)
     out += _check_reference_model(mod)
-    out += _check_nn_layers(mod)
+    out += _check_nn_layers(mod, layers_in_init)
+    if layers_in_init:
+        out += _check_layer_calls(mod)
     out += _check_banned_python(mod)
+    out += _check_module_values(mod)
     out += _check_module_assignment(mod)
     out += _check_forward_path(mod)
     out += _check_load_inline(mod, backend, allow_libraries)
@@ -547,19 +635,95 @@ def _check_reference_model(mod: _Module) -> list[str]:
     return out
 
 
-def _check_nn_layers(mod: _Module) -> list[str]:
+def _check_nn_layers(mod: _Module, layers_in_init: bool) -> list[str]:
+    """torch.nn layers: nowhere under "kevin"; under "kernelbench" only built by a call in an ``__init__``."""
     out = []
     for node in mod.nodes:
         if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(mod.parents.get(id(node)), ast.Attribute):
             continue
-        rest = _torch_rest(mod.qualname(node))
-        if rest is None or not rest.startswith("nn."):
+        if not _is_nn_layer(mod, node):
             continue
-        sub = rest[len("nn."):]
-        if sub in _ALLOWED_NN or sub.startswith(("init", "functional", "Module.", "Parameter.")) or sub == "":
+        if layers_in_init and _built_in_init(mod, node):
+            continue
+        rest = _torch_rest(mod.qualname(node))
+        if layers_in_init:
+            out.append(f"uses torch.{rest} (line {_line(node)}): torch.nn layers may only be built in __init__ "
+                       "(to hold weights); pass their .weight/.bias to your kernel")
             continue
         out.append(f"uses torch.{rest} (line {_line(node)}): torch.nn layers are not allowed; hold weights "
                    "in nn.Parameter, initialise them with nn.init, compute in your kernel")
+    return out
+
+
+def _is_nn_layer(mod: _Module, node: ast.AST) -> bool:
+    """Whether a name or attribute chain is a torch.nn layer class (not a parameter, container or initialiser)."""
+    rest = _torch_rest(mod.qualname(node))
+    if rest is None or not rest.startswith("nn."):
+        return False
+    sub = rest[len("nn."):]
+    return not (sub in _ALLOWED_NN or sub.startswith(("init", "functional", "Module.", "Parameter.")) or sub == "")
+
+
+def _built_in_init(mod: _Module, node: ast.AST) -> bool:
+    """Whether ``node`` is called (``nn.Conv2d(...)``) inside a method named ``__init__``."""
+    parent = mod.parents.get(id(node))
+    if not (isinstance(parent, ast.Call) and parent.func is node):
+        return False
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        parent = mod.parents.get(id(parent))
+    return isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.name == "__init__"
+
+
+def _layer_attrs(mod: _Module) -> set:
+    """self attributes whose value builds a torch.nn layer (``self.conv = nn.Conv2d(..)``, ``nn.Sequential(..)``)."""
+    found = set()
+    for node in mod.nodes:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(n, ast.Call) and _is_nn_layer(mod, n.func) for n in ast.walk(node.value)):
+            found.update(_self_attr(t) for t in node.targets if _self_attr(t))
+    return found
+
+
+def _layer_root(node: ast.AST, attrs: set, names: set) -> str | None:
+    """The layer a callee expression is rooted at (``self.conv``, ``self.blocks[0].forward``, a loop variable over
+    ``self.blocks``), or None; a chain through a tensor attribute (``self.conv.weight.contiguous``) is no call of
+    the layer."""
+    while True:
+        if _self_attr(node) in attrs:
+            return f"self.{_self_attr(node)}"
+        if isinstance(node, ast.Name):
+            return node.id if node.id in names else None
+        if isinstance(node, ast.Attribute):
+            if node.attr in _TENSOR_ATTRS:
+                return None
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return None
+
+
+def _check_layer_calls(mod: _Module) -> list[str]:
+    """Under "kernelbench": a torch.nn layer held for its weights must not run on the forward path."""
+    attrs = _layer_attrs(mod)
+    if not attrs:
+        return []
+    out = []
+    for fn, _owner, _tensors in _forward_functions(mod):
+        names: set = set()
+        for _ in range(2):  # for block in self.blocks: ...; conv = self.conv
+            for node in ast.walk(fn):
+                if isinstance(node, ast.For) and any(_layer_root(n, attrs, names) for n in ast.walk(node.iter)):
+                    names.update(t.id for t in _flatten_targets(node.target) if isinstance(t, ast.Name))
+                elif isinstance(node, ast.Assign) and _layer_root(node.value, attrs, names):
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(fn):
+            root = _layer_root(node.func, attrs, names) if isinstance(node, ast.Call) else None
+            if root:
+                out.append(f"forward path runs the torch.nn layer {root} (line {node.lineno}): a layer may hold "
+                           "weights, but running it is PyTorch compute; pass .weight/.bias to your kernel")
     return out
 
 
@@ -568,11 +732,7 @@ def _check_banned_python(mod: _Module) -> list[str]:
     for node in mod.nodes:
         line = _line(node)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for name in names:
-                root = name.split(".")[0]
-                if root in _BANNED_MODULES:
-                    out.append(f"imports {name} (line {line}): {_BANNED_MODULES[root]}")
+            out += _banned_import(node)
         elif isinstance(node, ast.ClassDef):
             for base in node.bases:
                 if mod.qualname(base) in _TENSOR_CLASSES:
@@ -583,6 +743,10 @@ def _check_banned_python(mod: _Module) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in _BANNED_ATTRS:
             out.append(f"accesses .{node.attr} (line {line}): introspection, tensor hooks and handing tensors to "
                        "other array libraries are not allowed")
+        elif (isinstance(node, ast.Attribute) and node.attr in _MODULE_ATTRS_ANYWHERE
+              and mod.qualname(node) is None):  # module-rooted chains are judged whole, below
+            out.append(f"accesses .{node.attr} (line {line}): the {node.attr} module reached as an attribute: "
+                       f"{_module_rule(node.attr)}")
         elif isinstance(node, ast.Call):
             out += _banned_call(mod, node)
         if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(mod.parents.get(id(node)), ast.Attribute):
@@ -590,9 +754,72 @@ def _check_banned_python(mod: _Module) -> list[str]:
             if any(q == p or q.startswith(p + ".") for p in _PRIVATE_TORCH):
                 out.append(f"uses {q} (line {line}): PyTorch's private dispatch internals are not allowed "
                            "(they can hide operators from the sandbox)")
+            reached = _reexported_module(q)
+            if reached:
+                out.append(f"uses {q} (line {line}): the {reached} module reached through another module: "
+                           f"{_module_rule(reached)}")
         if (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
                 and not isinstance(mod.parents.get(id(node)), ast.Attribute)):
             out += _banned_torch_ref(mod, node)  # assignment targets are reported by _check_module_assignment
+    return out
+
+
+def _banned_import(node: ast.AST) -> list[str]:
+    """``import X.Y`` and ``from X import Y``: a banned root, a module re-exported by another, a banned function."""
+    if isinstance(node, ast.Import):
+        paths = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        names = [f"{base}.{a.name}" if base else a.name for a in node.names if a.name != "*"]
+        paths = [base] if base.split(".")[0] in _BANNED_MODULES else [base] + names
+    out = []
+    for path in paths:
+        root, reached = path.split(".")[0], _reexported_module(path)
+        if root in _BANNED_MODULES:
+            out.append(f"imports {path} (line {node.lineno}): {_BANNED_MODULES[root]}")
+        elif reached:
+            out.append(f"imports {path} (line {node.lineno}): the {reached} module reached through another module: "
+                       f"{_module_rule(reached)}")
+        elif path in _BANNED_CALLS:
+            out.append(f"imports {path} (line {node.lineno}): {_BANNED_CALLS[path]} is not allowed")
+    return out
+
+
+def _reexported_module(qualname: str) -> str | None:
+    """The banned or system module a dotted path reaches past its root (``torch.utils.cpp_extension.os.system``
+    -> ``os``), or None. A module's attributes include the modules it imported, so every package re-exports
+    ``os``, ``sys``, ``subprocess``, ... under its own name; any such step is refused, whatever the root."""
+    parts = qualname.split(".") if qualname else []
+    for i in range(1, len(parts)):
+        if parts[i] in _MODULE_NAMES and ".".join(parts[: i + 1]) not in _TORCH_OWN_PACKAGES:
+            return parts[i]
+    return None
+
+
+def _module_rule(name: str) -> str:
+    """Why a module reached indirectly is refused: its own ban, or for os/sys the harness they lead to."""
+    why = _BANNED_MODULES.get(name)
+    if why:
+        return why
+    return "import it by name if you need it (os and sys through another module lead to the harness's own code)"
+
+
+def _check_module_values(mod: _Module) -> list[str]:
+    """An imported module used as a value (``[torch][0]``, ``f(torch)``) hides the attribute chain behind it from
+    the rules above; modules are used through their attributes only, or renamed by a plain assignment."""
+    imported = {a.asname or a.name.split(".")[0] for n in mod.nodes if isinstance(n, ast.Import) for a in n.names}
+    out = []
+    for node in mod.nodes:
+        if not (isinstance(node, ast.Name) and node.id in imported and isinstance(node.ctx, ast.Load)):
+            continue
+        parent = mod.parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            continue
+        if isinstance(parent, ast.Assign) and parent.value is node and all(
+                isinstance(t, ast.Name) or _self_attr(t) for t in parent.targets):
+            continue  # T = torch: an alias the rules resolve
+        out.append(f"uses the module {node.id} as a value (line {node.lineno}): name what you use from it "
+                   f"({node.id}.empty), so that the checks can see it")
     return out
 
 
@@ -617,6 +844,9 @@ def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
         elif name.value in _BANNED_ATTRS:
             out.append(f"{node.func.id}(..., {name.value!r}) (line {line}): introspection, tensor hooks and foreign "
                        "array access are not allowed")
+        elif name.value in _MODULE_NAMES:
+            out.append(f"{node.func.id}(..., {name.value!r}) (line {line}): the {name.value} module reached as an "
+                       f"attribute: {_module_rule(name.value)}")
     if isinstance(node.func, ast.Attribute):
         if node.func.attr in _PRECISION_METHODS:
             out.append(f".{node.func.attr}() (line {line}): precision downgrade; keep float32 "
@@ -888,7 +1118,7 @@ def _tensor_self_attrs(mod: _Module) -> set:
     for node in mod.nodes:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             q = _torch_rest(mod.qualname(node.value.func)) or ""
-            if q and not q.startswith(("cuda.", "utils.", "device", "Size")):
+            if q and not q.startswith(("cuda.", "utils.", "device", "Size")) and not _is_nn_layer(mod, node.value.func):
                 for t in node.targets:
                     if _self_attr(t):
                         found.add(_self_attr(t))
@@ -998,7 +1228,8 @@ def _forward_call(mod: _Module, env: _TensorEnv, node: ast.Call, where: str) -> 
     q = mod.qualname(node.func)
     if env.is_extension_call(node):
         return []
-    if q is not None and (_banned_torch_ref(mod, node.func) or q.split(".")[0] in _BANNED_MODULES):
+    if q is not None and (_banned_torch_ref(mod, node.func) or q.split(".")[0] in _BANNED_MODULES
+                          or _reexported_module(q)):
         return []  # already reported by _check_banned_python
     if (isinstance(node.func, ast.Name) and node.func.id in ("sum", "max", "min", "abs", "pow", "round", "divmod")
             and node.func.id not in mod.aliases and any(env.is_tensor(a) for a in node.args)):
@@ -1159,7 +1390,8 @@ def _check_load_inline(mod: _Module, backend: str, allow_libraries: bool) -> lis
                 out.append(f"{kind} of load_inline (line {call.lineno}) is built at run time: pass a string "
                            "literal or a module-level string so it can be checked")
                 continue
-            sources.append(_Source(kind, _prepare_cpp("\n".join(parts))))
+            raw = "\n".join(parts)
+            sources.append(_Source(kind, _prepare_cpp(raw), raw))
         for kind in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
             node = _kwarg(call, kind, _LOAD_INLINE_POSITIONS[kind])
             flags = " ".join(_resolve_strings(mod, node, 0) or []) if node is not None else ""
@@ -1192,8 +1424,8 @@ def _check_kernel_called(mod: _Module) -> list[str]:
 
 
 def _prepare_cpp(text: str) -> str:
-    """Strip comments (keeping line numbers) and expand object-like macros and namespace aliases."""
-    text = _strip_cpp_comments(text)
+    """Splice lines, strip comments (keeping line numbers), expand object-like macros and namespace aliases."""
+    text = _strip_cpp_comments(_splice_lines(text))
     aliases = {}
     for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(\S[^\n]*)$", text, re.M):
         aliases[m.group(1)] = m.group(2).strip()
@@ -1209,6 +1441,32 @@ def _prepare_cpp(text: str) -> str:
         else:
             body_lines.append(pattern.sub(lambda m: aliases[m.group(1)], line))
     return "\n".join(body_lines)
+
+
+def _splice_lines(text: str) -> str:
+    r"""Join each line ending in a backslash to the next, as the preprocessor does before it reads any token
+    (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler: a red-team finding). GCC also
+    splices a backslash followed by spaces (with a warning), so that counts too. The joined lines are padded with
+    empty ones, so line numbers after them still match the source.
+
+    >>> _splice_lines("at::ma\\\nt\\  \nmul(a, b);\nx;")
+    'at::matmul(a, b);\n\n\nx;'
+    """
+    out: list[str] = []
+    pending, joined = "", 0
+    for line in text.split("\n"):
+        m = re.search(r"\\[ \t\f\v]*\r?$", line)
+        if m:
+            pending += line[: m.start()]
+            joined += 1
+            continue
+        out.append(pending + line)
+        out += [""] * joined
+        pending, joined = "", 0
+    if joined:
+        out.append(pending)
+        out += [""] * (joined - 1)
+    return "\n".join(out)
 
 
 def _strip_cpp_comments(text: str) -> str:
@@ -1281,15 +1539,17 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         verdict = _aten_verdict(m.group(1), [p.strip() for p in m.group(2).split("::") if p.strip()], m.group(3))
         if verdict == "compute":
             hit(m, "calls", "ATen/PyTorch compute is not allowed in C++; write it in your kernel")
+        elif verdict == "thread":
+            pass  # reported by _CPP_POOLS, with its own reason
         elif verdict == "dispatcher":
             hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
         elif verdict == "stream":
             hit(m, "uses", "extra streams are not allowed; launch on at::cuda::getCurrentCUDAStream()")
         elif verdict == "library" and not allow_libraries:
             hit(m, "uses", "library kernels are not allowed; write your own")
-    for m in re.finditer(r"(?:\.|->)\s*(\w+)\s*\(", code):
-        if m.group(1) in _CPP_COMPUTE_METHODS:
-            hit(m, "calls the tensor method", "PyTorch compute is not allowed in C++; write it in your kernel")
+    for pos, method in _tensor_method_calls(code):
+        out.append(f"{src.kind} calls the tensor method `.{method}(` (source line {_lineno(code, pos)}): PyTorch "
+                   "compute is not allowed in C++; write it in your kernel")
     for m in _CPP_DISPATCHER.finditer(code):
         hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
     for m in _CPP_DISPATCH_KEYS.finditer(code):
@@ -1312,10 +1572,17 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses", "L2 persistence and device limits are not allowed; leave the cache alone")
     for m in _CPP_PROCESS.finditer(code):
         hit(m, "uses", "threads, processes and dynamic loading are not allowed")
+    for m in _CPP_POOLS.finditer(text):  # with strings: _Pragma("omp task")
+        hit(m, "uses", "background work in thread pools and OpenMP tasks are not allowed (it can outlive the call); "
+                       "at::parallel_for and `#pragma omp parallel for` are")
+    for m in _CPP_TRIGRAPH.finditer(src.raw):
+        hit(m, "has the trigraph", "trigraphs change what the compiler reads; write the character itself")
     if _CPP_USING_STD.search(code):
         for m in _CPP_BARE_THREAD.finditer(code):
             hit(m, "uses", "threads, processes and dynamic loading are not allowed")
     for m in _CPP_PRECISION.finditer(code):
+        hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
+    for m in _CPP_PTX_PRECISION.finditer(text):  # with strings: inline PTX
         hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
     for m in _CPP_MEMORY.finditer(code):
         hit(m, "uses", "memory mapping, page protection, signal handlers and foreign memory are not allowed; "
@@ -1344,7 +1611,7 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "uses token pasting", "`##` hides names from checks; write names out in full")
     for m in _FAST_MATH.finditer(text):  # with strings: #pragma GCC optimize("fast-math")
         hit(m, "enables", "fast math is a precision downgrade; remove it")
-    for start, body, tensors in _host_functions(code):
+    for start, body, tensors in _host_functions(code, _tensor_functions(code)):
         lines_seen = set()
         for m in sorted(_tensor_operator_matches(body, tensors), key=lambda m: m.start()):
             line = _lineno(code, start + m.start())
@@ -1368,7 +1635,7 @@ _CPP_NON_TENSOR_METHODS = {
 }
 
 
-def _host_functions(code: str) -> list:
+def _host_functions(code: str, tensor_fns: frozenset = frozenset()) -> list:
     """(body offset, body, tensor variable names) for each host (not __global__/__device__) function.
 
     Tensor variables: parameters and locals declared ``Tensor``, and ``auto`` locals initialised from an
@@ -1388,10 +1655,10 @@ def _host_functions(code: str) -> list:
             if depth == 0 and open_at is not None:
                 signature, body = code[boundary:open_at], code[open_at + 1: i]
                 if re.search(r"\bnamespace\b", signature):
-                    found += [(open_at + 1 + s, b, t) for s, b, t in _host_functions(body)]
+                    found += [(open_at + 1 + s, b, t) for s, b, t in _host_functions(body, tensor_fns)]
                 elif "(" in signature and not re.search(r"__global__|__device__", signature):
                     params = signature[signature.find("("): signature.rfind(")") + 1]
-                    found.append((open_at + 1, body, _tensor_names(params, body)))
+                    found.append((open_at + 1, body, _tensor_names(params, body, tensor_fns)))
                 boundary, open_at = i + 1, None
         elif c == ";" and depth == 0:
             boundary = i + 1
@@ -1399,17 +1666,88 @@ def _host_functions(code: str) -> list:
     return found
 
 
-def _tensor_names(params: str, body: str) -> set:
-    names = {m.group(1) for m in _CPP_TENSOR_DECL.finditer(params + "\n" + body)}
+def _tensor_names(params: str, body: str, tensor_fns: frozenset = frozenset()) -> set:
+    """Names of tensors (and of containers of tensors, whose elements are tensors) in one host function."""
+    decls = params + "\n" + body
+    names = {m.group(1) for m in _CPP_TENSOR_DECL.finditer(decls)}
+    names |= {m.group(1) for m in _CPP_TENSOR_CONTAINER.finditer(decls)}
     for _ in range(3):
         for m in _CPP_AUTO_DECL.finditer(body):
             rhs = m.group(2).strip()
             alloc = re.match(r"(?:torch|at)\s*::\s*(\w+)", rhs)
-            method = re.match(r"(\w+)\s*\.\s*(\w+)", rhs)
-            if (alloc and alloc.group(1) in _CPP_ALLOCATORS) or (
+            method = re.match(r"(\w+)\s*(?:\[[^\]]*\]\s*)?\.\s*(\w+)", rhs)
+            call = re.match(r"(\w+)\s*\(", rhs)
+            if (alloc and alloc.group(1) in _CPP_ALLOCATORS) or (call and call.group(1) in tensor_fns) or (
                     method and method.group(1) in names and method.group(2) not in _CPP_NON_TENSOR_METHODS):
                 names.add(m.group(1))
+        for m in _CPP_RANGE_FOR.finditer(body):  # for (auto& t : tensors), for (auto t : std::vector<Tensor>{a, b})
+            header = body[m.end(): _balanced_end(body, m.start(1)) - 1]
+            if re.search(r"\bTensor\b", header) or set(re.findall(r"\w+", header)) & names:
+                names.add(m.group(2))
     return names - {"const"}
+
+
+_CPP_TENSOR_CONTAINER = re.compile(
+    r"\b(?:TensorList|ITensorListRef|(?:std\s*::\s*)?(?:vector|array|optional|tuple|pair|initializer_list)\s*<"
+    r"[^;{}()]*?\bTensor\b[^;{}()]*?>)\s*(?:const\s*)?[&*]?\s*(\w+)\s*(?=[,)=;{\[]|$)")
+_CPP_RANGE_FOR = re.compile(r"\bfor\s*(\()\s*(?:const\s+)?(?:auto|(?:\w+\s*::\s*)*Tensor)\s*&{0,2}\s*(\w+)\s*:(?!:)")
+_CPP_TENSOR_FN = re.compile(r"\bTensor\s*&?\s+(\w+)\s*\(")
+
+
+def _tensor_functions(code: str) -> frozenset:
+    """The source's own functions that return a tensor (``torch::Tensor scale(...)``)."""
+    return frozenset(m.group(1) for m in _CPP_TENSOR_FN.finditer(code))
+
+
+def _balanced_end(code: str, i: int) -> int:
+    """Index just past the bracket group opening at ``code[i]`` (``(``/``[``/``<``), or len(code)."""
+    pairs = {"(": ")", "[": "]", "<": ">"}
+    opener, closer, depth = code[i], pairs[code[i]], 0
+    for j in range(i, len(code)):
+        if code[j] == opener:
+            depth += 1
+        elif code[j] == closer:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(code)
+
+
+def _method_chain(code: str, i: int) -> list:
+    """(position, name) of each ``.name(...)``/``->name(...)`` call chained from index ``i`` (after a receiver)."""
+    found = []
+    while True:
+        m = re.compile(r"\s*(?:\[|(?:\.|->)\s*(\w+)\s*(?:<[^<>;{}()]*>\s*)?\()").match(code, i)
+        if not m:
+            return found
+        if m.group(1) is None:  # v[0].sum(): an element of a container of tensors
+            i = _balanced_end(code, m.end() - 1)
+            continue
+        found.append((m.start(1), m.group(1)))
+        i = _balanced_end(code, m.end() - 1)
+
+
+def _tensor_method_calls(code: str) -> list:
+    """(position, method) of compute methods called on a tensor: a tensor variable of a host function, a tensor
+    factory's result (``torch::ones(..)``) or a tensor-returning function of the source, and what chains from them
+    (``x.contiguous().sum()``). Only tensors: ``at::vec::Vectorized<float>`` and a user's own structs have
+    ``.exp()``, ``.max()`` and ``.sum()`` methods too, and those are honest kernel code."""
+    tensor_fns = _tensor_functions(code)
+    receivers = [(0, code, r"(?:torch|at)\s*::\s*\w+\s*(?=\()")]
+    if tensor_fns:
+        receivers.append((0, code, r"(?<![\w.>:])(?:" + "|".join(map(re.escape, sorted(tensor_fns))) + r")\s*(?=\()"))
+    for start, body, tensors in _host_functions(code, tensor_fns):
+        if tensors:
+            alt = "|".join(map(re.escape, sorted(tensors, key=len, reverse=True)))
+            receivers.append((start, body, rf"(?<![\w.>:])(?:{alt})\b"))
+    found = {}
+    for start, text, pattern in receivers:
+        for m in re.finditer(pattern, text):
+            i = _balanced_end(text, m.end()) if text.startswith("(", m.end()) else m.end()
+            for pos, name in _method_chain(text, i):
+                if name in _CPP_COMPUTE_METHODS:
+                    found[start + pos] = name
+    return sorted(found.items())
 
 
 def _tensor_operator_matches(body: str, tensors: set) -> list:
@@ -1426,6 +1764,8 @@ def _tensor_operator_matches(body: str, tensors: set) -> list:
 def _aten_verdict(root: str, path: list, name: str) -> str:
     """'ok', 'compute', 'dispatcher', 'stream' or 'library' for root::path::name in C++."""
     full = path + [name]
+    if _CPP_POOLS.fullmatch(name) or name == "launch":
+        return "thread"
     if name in _CPP_CUDA_FORBIDDEN:
         return "library" if "Handle" in name else "stream"
     if any(p in ("blas", "cpublas") for p in full):

@@ -1,54 +1,44 @@
-"""The timing protocol, shared by the golden process (baseline) and the candidate process.
+"""The timing protocol, shared by the golden process (baselines) and the candidate process.
 
 Used only inside worker processes (it imports torch). One timed call is:
 
-    args = fresh(i)                      # outside the window: new address, new content (a pool set with
-                                         # each tensor's elements randomly permuted), old buffers kept alive
+    args = fresh.make(source, seed)      # outside the window: a source set permuted by a seeded permutation and
+                                         # gathered into new buffers (or copied into the previous call's buffers)
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
     start.record(); out = call(args); end.record(); end.synchronize()                          # CUDA
     h0 = perf_counter(); torch.cuda.synchronize(); h1 = perf_counter()
     fin.record(); torch.cuda.synchronize(); h2 = perf_counter()
     t0 = perf_counter(); out = call(args); t1 = perf_counter()                                    # CPU
+    audit(); kept.append(copy of out)    # outside the window, after every call alike
 
 On CUDA a sample is start -> end, the call's work on the current stream, as ``triton.testing.do_bench``
 measures it, unless one of two things happened after the call's stream reached its end:
 
 - the device-wide synchronize had to wait: its host time h1 - h0, less the second one's, h2 - h1 (which has
-  nothing to wait for but the last event), is above ``tail_limit_ms`` (twice the median of that difference's
-  size with no call + 0.02 ms, at most 0.1 ms): work outlived the call on another stream (hack D1). Less the
-  second one's, because in some candidate processes every synchronize is slow on the host: judged on h1 - h0
-  alone against twice its own idle median, 57 and 67 of two evaluations' 100 samples ran to the last event and
-  read 4-5 % slow (run 29). This rule is not yet run on a GPU;
+  nothing to wait for but the last event), is above ``tail_limit_ms`` (twice the median of that difference with
+  no call + 0.02 ms, at most 0.1 ms): work outlived the call on another stream (hack D1). Less the second
+  one's, because in some candidate processes every synchronize is slow on the host;
 - the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
   held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
 
-Then the sample is start -> fin less that median (at most 0.05 ms), as every sample was before stop 16, and
-never less than start -> end. So work on another stream that ends after the call's own is timed unless it
-ends within the synchronize's limit (a few hundredths of a millisecond), and a delay of the harness's thread
-is timed beyond 0.2 ms. Subtracting the latency from every sample instead adds its noise (a few microseconds,
-which is most of a small kernel's time; ``benchmarks/timing_modes.py --mode sweep``).
-
-The flush and the cover are the last things queued before the start event, so the GPU is still busy with them
-while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a
-Python forward. The flush alone (about 0.08 ms for 256 MB) did not cover the launch: in a candidate's
-process the launch takes 0.07-0.22 ms at the 90th percentile, and the window grew by up to 0.1 ms for whole
-evaluations at a time (runs 24-28 of ``benchmarks/results/sandbox_h200.md``). Host work that reads the inputs
-cannot hide there: a copy to the host waits for the flush and the cover, behind the start event; work on a
-non-blocking stream can (up to one flush and one cover per call; the static layer forbids streams). The
+Then the sample is start -> fin less that median (at most 0.05 ms), and never less than start -> end. The flush
+and the cover are the last things queued before the start event, so the GPU is still busy with them while the
+host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
+(in a candidate's process the launch takes 0.07-0.22 ms at the 90th percentile; `benchmarks/README.md`). Host
+work that reads the inputs cannot hide there: a copy to the host waits behind the flush and the cover. The
 runtime is the median of the samples.
 
-At chosen trial positions ("rechecks") the content is golden: a permuted copy of a correctness set whose
-reference output the golden process computed, so a recheck looks exactly like any other timed call (a
-candidate that recognises "content I have seen, rearranged" and skips the work is caught there), and its
-output is kept for the parent to compare (hacks C5, D4, D5). A permutation, not a roll: from a rolled copy
-of a set it has seen, a candidate can derive the answer with tables built in the untimed correctness calls
-(circular prefix sums, a linear layer at every shift: a red-team finding); from a permuted copy, deriving
-the answer costs a gather of every element, no less than the work itself. Any call, recheck or not, either
-gets new buffers or has its content written into the previous call's buffers in place (same addresses, new
-content, a ``_version`` bump): a pointer-keyed cache is caught on an in-place recheck, and whether the
-address changed tells the candidate nothing about whether the call is checked. With two or more rechecks, at
-least one is in place and one at new addresses.
+Rechecks: a few timed calls, at positions drawn inside `time_calls`, get golden content (a permuted copy of a
+correctness set whose reference output the golden process computed), reached through exactly the work of any
+other call: the call's seeded permutation gathers from a source that is the golden content scattered by that
+permutation's inverse. Every call, checked or not, is followed by the same audit and a kept copy of its outputs;
+the copies of the rechecked calls are handed back after the loop. So nothing visible inside the process tells a
+checked call from an unchecked one (hacks C5, D4, D5). Permutations, not rolls: from a rolled copy of a seen set,
+tables built in the untimed calls answer cheaply (circular prefix sums); from a permuted copy, deriving the answer
+costs a gather of every element, no less than the work itself. Any call either gets new buffers or has its
+content written into the previous call's buffers in place, at random; with two or more rechecks, one of the
+first two is in place and one is not, so a pointer-keyed cache meets both.
 """
 
 from __future__ import annotations
@@ -314,8 +304,10 @@ def time_calls(
 
     Every timed call looks the same from inside the process: its inputs are a source permuted by a seeded
     permutation and gathered (a pool set, or for a recheck the source that the permutation turns into the golden
-    content), it runs under ``inventory()`` when given (a context manager with ``compute_ops``,
-    :class:`._inventory.ProfiledOps`: PyTorch compute in a timed call is an error), it is followed by
+    content), it runs under ``inventory()`` (:class:`._inventory.ProfiledOps`), when given, which watches the whole
+    loop once (PyTorch compute in any warm-up or timed call is an error; one watch, so starting and stopping the
+    profiler is not paid per call, and the harness's own operators run in a profiler scope outside the window,
+    so the candidate's are the top-level ones), it is followed by
     ``audit(True)`` (what changed in the harness's trusted objects: the first change is an error) and a copy of
     its outputs, which is kept. Which copies are rechecks is known only to this function's locals, and they are
     read after the loop: ``run.recheck_outputs`` maps each recheck's position to its copy.
@@ -327,9 +319,12 @@ def time_calls(
     null block ("null") and segment ("calls") and at the end ("end"), for the parent's wall-clock check. On CUDA,
     ``launch_cover_us`` of GPU-side waiting follows the L2 flush (the module docstring); the CPU ignores it.
     """
-    from . import _loop
+    from . import _inventory, _loop
 
-    rechecks = list(rechecks.values()) if isinstance(rechecks, dict) else list(rechecks)
+    rechecks = list(rechecks)
+    # the harness's own operators run inside a profiler scope, outside the timed window: a watch sees the
+    # candidate's operators as the top-level ones
+    harness = (lambda: torch.autograd.profiler.record_function(_inventory.HARNESS)) if inventory else contextlib.nullcontext
     cuda = device.type == "cuda"
     if keep_alive_bytes is None:
         keep_alive_bytes = (4 << 30) if cuda else (256 << 20)
@@ -353,10 +348,11 @@ def time_calls(
     def one(fn: Callable[[list[Any]], Any], args: list[Any]) -> tuple[float, float, Any, tuple[bool, bool], float]:
         """(sample ms, wall ms, outputs, (the synchronize waited, the last event came late), host launch ms)."""
         if cuda:
-            reset_persisting_l2()
-            flush.zero_()
-            if cover:
-                torch.cuda._sleep(cover)
+            with harness():
+                reset_persisting_l2()
+                flush.zero_()
+                if cover:
+                    torch.cuda._sleep(cover)
             start, end, fin = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             w0 = clock()
             start.record()
@@ -387,14 +383,10 @@ def time_calls(
     def step(fn: Callable[[list[Any]], Any], source: Sequence[Any], seed: int, in_place: bool, label: str) -> Any:
         """One call with all the harness's work around it; the same for every call. Returns its kept copy."""
         nonlocal prev
-        new = fresh.make(source, seed)
-        args = _refill(prev, new) if in_place and prev is not None else new
-        watch = inventory() if inventory is not None else contextlib.nullcontext()
-        with watch:
-            ms, wall, out, (waited, late), launch = one(fn, args)
-        if getattr(watch, "compute_ops", None) and not run.errors:
-            run.errors.append(f"{label}: your forward called PyTorch operators ("
-                              + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
+        with harness():
+            new = fresh.make(source, seed)
+            args = _refill(prev, new) if in_place and prev is not None else new
+        ms, wall, out, (waited, late), launch = one(fn, args)
         if audit is not None and not run.audit_failed:
             changes = audit(True)
             if changes:
@@ -403,7 +395,8 @@ def time_calls(
                 run.errors.append(f"{label}: " + "; ".join(changes[:3]))
         if not run.errors and not _allocator_owned(out):
             run.errors.append(f"{label}: an output is not in memory from PyTorch's allocator")
-        kept = _snapshot(out)
+        with harness():
+            kept = _snapshot(out)
         del out
         prev = args
         step.last = (ms, wall, waited, late, launch)  # type: ignore[attr-defined]
@@ -412,54 +405,64 @@ def time_calls(
     def any_source() -> tuple[Sequence[Any], int]:
         return pool[rng.randrange(len(pool))], rng.getrandbits(63)
 
-    warm_wall, out_bytes = [], 0
-    for i in range(n_warmup):
-        kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}")
-        warm_wall.append(step.last[1])  # type: ignore[attr-defined]
-        out_bytes = max(out_bytes, _nbytes(kept) if not isinstance(kept, str) else 0)
-        del kept
-    # How many timed calls: fixed now, so the loop's length says nothing about where the rechecks are.
-    n = n_trials
-    if warm_wall:
-        n = min(n, max(MIN_TRIALS, int(budget_s * 1e3 / max(median(warm_wall), 1e-3))))
-    if out_bytes:
-        n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
-    n = max(n, len(rechecks), 1)
-    positions = rng.sample(range(n), len(rechecks))
-    plan = [any_source() for _ in range(n)]
-    for content, p in zip(rechecks, positions):
-        seed = rng.getrandbits(63)
-        plan[p] = (fresh.source_for(content, seed), seed)
-    # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
-    # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
-    in_place = [rng.random() < 0.5 for _ in range(n)]
-    for k, p in enumerate(sorted(positions)[:2]):
-        in_place[p] = k == 0 and p > 0
-    null_out = None
-    if null_call is not None and mark is not None:
-        null_out = null_call
-    sizes = _loop.segment_sizes(n) if null_out is not None else [n]
-    kept_all: list[Any] = []
-    i = 0
-    for s, size in enumerate(sizes):
+    def timed_loop() -> None:
+        """Warm-up calls, the plan of the timed calls, then the segments (all watched alike)."""
+        nonlocal positions, kept_all
+        warm_wall, out_bytes = [], 0
+        for i in range(n_warmup):
+            kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}")
+            warm_wall.append(step.last[1])  # type: ignore[attr-defined]
+            out_bytes = max(out_bytes, _nbytes(kept) if not isinstance(kept, str) else 0)
+            del kept
+        # How many timed calls: fixed now, so the loop's length says nothing about where the rechecks are.
+        n = n_trials
+        if warm_wall:
+            n = min(n, max(MIN_TRIALS, int(budget_s * 1e3 / max(median(warm_wall), 1e-3))))
+        if out_bytes:
+            n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
+        n = max(n, len(rechecks), 1)
+        positions = rng.sample(range(n), len(rechecks))
+        plan = [any_source() for _ in range(n)]
+        for content, p in zip(rechecks, positions):
+            seed = rng.getrandbits(63)
+            plan[p] = (fresh.source_for(content, seed), seed)
+        # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
+        # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
+        in_place = [rng.random() < 0.5 for _ in range(n)]
+        for k, p in enumerate(sorted(positions)[:2]):
+            in_place[p] = k == 0 and p > 0
+        null_out = null_call if null_call is not None and mark is not None else None
+        sizes = _loop.segment_sizes(n) if null_out is not None else [n]
+        kept_all = []
+        i = 0
+        for s, size in enumerate(sizes):
+            if null_out is not None:
+                mark("null", s)
+                for j in range(_loop.NULL_CALLS):
+                    step(null_out, *any_source(), rng.random() < 0.5, f"null call {s}.{j}")
+                mark("calls", s)
+            for _ in range(size):
+                kept_all.append(step(call, plan[i][0], plan[i][1], in_place[i], f"timed call {i}"))
+                ms, wall, waited, late, launch = step.last  # type: ignore[attr-defined]
+                run.samples_ms.append(ms)
+                run.wall_ms.append(wall)
+                run.n_tail += waited or late
+                run.n_waited += waited
+                run.n_late += late
+                if cuda:
+                    run.launch_ms.append(launch)
+                i += 1
         if null_out is not None:
-            mark("null", s)
-            for j in range(_loop.NULL_CALLS):
-                step(null_out, *any_source(), rng.random() < 0.5, f"null call {s}.{j}")
-            mark("calls", s)
-        for _ in range(size):
-            kept_all.append(step(call, plan[i][0], plan[i][1], in_place[i], f"timed call {i}"))
-            ms, wall, waited, late, launch = step.last  # type: ignore[attr-defined]
-            run.samples_ms.append(ms)
-            run.wall_ms.append(wall)
-            run.n_tail += waited or late
-            run.n_waited += waited
-            run.n_late += late
-            if cuda:
-                run.launch_ms.append(launch)
-            i += 1
-    if null_out is not None:
-        mark("end", len(sizes))
+            mark("end", len(sizes))
+
+    positions: list[int] = []
+    kept_all: list[Any] = []
+    watch = inventory() if inventory is not None else contextlib.nullcontext()
+    with watch:
+        timed_loop()
+    if getattr(watch, "compute_ops", None):
+        run.errors.insert(0, "a warm-up or timed call: your forward called PyTorch operators ("
+                          + ", ".join(f"aten.{op}" for op in watch.compute_ops[:6]) + ")")
     run.recheck_outputs = {p: kept_all[p] for p in positions}
     return run
 

@@ -1,11 +1,14 @@
-"""kevin.core.report: bootstrap intervals, Table 1 per turn, Table 2 at equal budget, compute sums."""
+"""kevin.core.report: bootstrap intervals, Table 1 per turn, Table 2 at equal budget, compute sums, baselines."""
 
+import json
 import math
 
 import pytest
 
 from kevin.core.report import (
+    BaselineRow,
     Compute,
+    baseline_table,
     bootstrap_ci,
     compute_used,
     equal_budget_table,
@@ -223,3 +226,66 @@ def test_markdown_report_notes_rollouts_over_different_task_sets_and_missing_tok
     text = markdown_report([], equal_budget_table([serial, api], n_resamples=50))
     assert "different numbers of tasks ([1, 2])" in text
     assert "neither token ids nor usage counts" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# Speedups against each baseline
+
+
+def _timed(runtime_ms, status="correct", **baselines_ms):
+    """A turn whose kernel ran in ``runtime_ms`` against the eager baseline and ``baselines_ms`` (name -> ms)."""
+    result = EvalResult(status, status, runtime_ms=runtime_ms if status == "correct" else None,
+                        baseline_ms=baselines_ms.get("eager"), baselines_ms=baselines_ms)
+    return Turn((1,), (2,), "", result)
+
+
+def _baseline_rollouts():
+    """Task 0: kernels of 0.5 ms and 1 ms against eager 1 ms, tf32 0.8 ms, compile 0.4 ms; task 1: one
+    correct kernel of 2 ms (eager 2.2 ms, tf32 1.0 ms, no compile timing) and one incorrect."""
+    t0 = dict(eager=1.0, tf32=0.8, compile=0.4)
+    return {"2x1": [_traj(0, 0, [_timed(0.5, **t0)]), _traj(0, 1, [_timed(1.0, **t0)]),
+                    _traj(1, 0, [_timed(2.0, eager=2.2, tf32=1.0)]), _traj(1, 1, [_timed(None, "incorrect")])]}
+
+
+def test_baseline_table_gives_each_baselines_mean_speedup_of_correct_kernels_and_fast_1():
+    rows = {r.baseline: r for r in baseline_table(_baseline_rollouts())}
+    assert list(rows) == ["eager", "tf32", "compile"]  # a fixed order, whatever the dicts held
+    # eager: speedups 1/0.5 = 2.0, 1/1 = 1.0, 2.2/2 = 1.1 -> mean 4.1/3; both tasks have one >= 1
+    assert rows["eager"] == BaselineRow("2x1", "eager", 2, 3, 3, pytest.approx(4.1 / 3), 1.0)
+    # tf32: 1.6, 0.8, 0.5 -> mean 2.9/3; only task 0 (1.6x) reaches 1
+    assert rows["tf32"].mean_speedup == pytest.approx(2.9 / 3) and rows["tf32"].fast1 == 0.5
+    # compile: task 0 only, 0.8 and 0.4 -> mean 0.6; task 1 was not timed: 2 of 3 correct kernels, fast_1 0
+    assert (rows["compile"].n_timed, rows["compile"].n_correct) == (2, 3)
+    assert rows["compile"].mean_speedup == pytest.approx(0.6) and rows["compile"].fast1 == 0.0
+
+
+def test_results_without_baselines_give_no_baseline_rows():
+    serial, _ = _budget_rollouts()  # EvalResults made without baselines_ms, as every record before them
+    assert baseline_table({"2x2": serial}) == []
+
+
+def test_records_saved_before_baselines_ms_existed_still_load(tmp_path):
+    from kevin.core.records import load_rollout
+
+    row = _traj(0, 0, [C(2.0)]).to_dict()
+    del row["turns"][0]["result"]["baselines_ms"]
+    (tmp_path / "old.jsonl").write_text(json.dumps(row) + "\n")
+    (turn,) = load_rollout(tmp_path / "old.jsonl")[0].turns
+    assert turn.result.baselines_ms == {} and turn.result.speedup == pytest.approx(2.0)
+    assert EvalResult.from_dict(_timed(0.5, eager=1.0, tf32=0.8).result.to_dict()).speedup_vs("tf32") == 1.6
+
+
+def test_the_report_names_the_rule_set_and_baseline_and_shows_every_baselines_speedups():
+    rollouts = _baseline_rollouts()
+    rows = baseline_table(rollouts)
+    text = markdown_report([], equal_budget_table(list(rollouts.values()), n_resamples=50), baseline_rows=rows,
+                           rules="kernelbench", baseline="eager")
+    assert "Rule set: kernelbench. Speedups divide by the eager baseline" in text
+    assert "## Speedup against each baseline" in text
+    assert "| 2x1 | eager (used above) | 1.37x | 100.0% | 3/3 |" in text
+    assert "| 2x1 | tf32 | 0.97x | 50.0% | 3/3 |" in text
+    assert "| 2x1 | compile | 0.60x | 0.0% | 2/3 |" in text
+    records = [r for r in metrics_records([], [], rows) if r["table"] == "baselines"]
+    assert [(r["baseline"], r["fast_1"], r["kernels/timed"]) for r in records] == \
+        [("eager", 1.0, 3), ("tf32", 0.5, 3), ("compile", 0.0, 2)]
+    assert "Speedup against each baseline" not in markdown_report([], [])

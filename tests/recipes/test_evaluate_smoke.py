@@ -216,7 +216,7 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
     with _chat_server(lambda body, n: requests.append(body) or (200, reply)) as url:
         run_recipe("--api_model", "served-model", "--api_base_url", url,
                    "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
-                   "--n_bootstrap", "50", "--device", "cpu")
+                   "--n_bootstrap", "50", "--device", "cpu", "--rules", "kernelbench", "--baseline", "compile")
     assert len(requests) == 4  # 1 task x 2 trajectories x 2 turns
     assert {r["model"] for r in requests} == {"served-model"} and requests[0]["max_tokens"] == 100
     turns = [t for line in (out / "rollouts" / "2x2.jsonl").read_text().splitlines()
@@ -228,6 +228,8 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
     assert (budget[0]["compute/prompt_tokens"], budget[0]["compute/generated_tokens"]) == (200, 28)
     text = (out / "report.md").read_text()
     assert "Evaluation of served-model" in text and "neither token ids" not in text
+    assert "Rule set: kernelbench. Speedups divide by the compile baseline" in text
+    assert json.loads((out / "config.json").read_text())["rules"] == "kernelbench"
 
 
 def _refused(*args: str) -> str:
@@ -245,6 +247,8 @@ def _refused(*args: str) -> str:
     (("--max_tasks", "0"), "these options must be >= 1: {'max_tasks': 0}"),  # not "all tasks"
     (("--max_new_tokens", "0"), "these options must be >= 1: {'max_new_tokens': 0}"),  # not the default 64
     (("--alpha", "2"), "--alpha must be in (0, 1), got 2.0"),
+    (("--rules", "kernelbnch"), "--rules: 'kernelbnch' is not one of ['kevin', 'kernelbench']"),
+    (("--baseline", "tf16"), "--baseline: 'tf16' is not one of ['eager', 'tf32', 'compile']"),
 ])
 def test_a_wrong_option_is_one_line_naming_it(args, message):
     assert message in _refused(*args)
@@ -268,6 +272,25 @@ def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     assert "no tasks to evaluate" in _refused("--tasks", str(tmp_path / "empty.jsonl"), "--output_dir",
                                               str(tmp_path / "out"))
+
+
+def test_the_report_shows_speedups_against_every_baseline_the_rollouts_were_timed_against(tmp_path):
+    def timed(runtime_ms):  # eager 1 ms, tf32 0.5 ms, compile 0.25 ms
+        result = EvalResult("correct", "Correct.", runtime_ms=runtime_ms, baseline_ms=0.5,
+                            baselines_ms={"eager": 1.0, "tf32": 0.5, "compile": 0.25})
+        return Turn((1,), (2,), "", result)
+
+    save_rollout([_traj(0, 0, [timed(0.5)]), _traj(1, 0, [_turn()])], tmp_path / "rollouts" / "1x1.jsonl")
+    (tmp_path / "config.json").write_text(json.dumps({"model": "m", "configs": "1x1", "rules": "kernelbench",
+                                                      "baseline": "tf32"}))
+    run_recipe("--from_rollouts", str(tmp_path), "--n_bootstrap", "50")
+    text = (tmp_path / "report.md").read_text()
+    assert "Rule set: kernelbench. Speedups divide by the tf32 baseline" in text
+    assert "| 1x1 | 1 | 0.50x" in text  # Table 2 divides by tf32: 0.5 / 0.5 = 1 on task 0, 0 on task 1
+    assert "| 1x1 | eager | 2.00x | 50.0% | 1/1 |" in text and "| 1x1 | compile | 0.50x | 0.0% | 1/1 |" in text
+    rows = [(r["baseline"], r["speedup/mean_correct"]) for r in read_jsonl(tmp_path / "metrics.jsonl")
+            if r["table"] == "baselines"]
+    assert rows == [("eager", 2.0), ("tf32", 1.0), ("compile", 0.5)]
 
 
 def test_from_rollouts_reports_only_the_configurations_its_evaluation_made(tmp_path):

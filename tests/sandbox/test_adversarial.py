@@ -30,6 +30,12 @@ STATIC = [
     # a native thread spelled `thread` after `using namespace std`
     "a9_aten_backend_kernel_via_adl", "a10_numpy_compute_on_laundered_tensors", "b11_frame_walk_through_generator",
     "d7_native_thread_after_using_namespace_std",
+    # red team (each a hole in the static layer before): standard-library and harness modules reached as attributes
+    # of allowed packages, a module laundered through a list, the Python C API behind C++ line splicing, work
+    # handed to ATen's and c10's thread pools
+    "e7_stdlib_module_via_torch_alias", "e7_os_via_from_import_alias", "e7_subprocess_via_cpp_extension_alias",
+    "e7_module_laundered_through_a_list", "e8_python_c_api_via_line_splice", "d8_aten_thread_pool_launch",
+    "d8_c10_thread_pool",
 ]
 
 
@@ -96,8 +102,9 @@ DYNAMIC = {
     "c6_clone_hook_between_calls": (RELU_TASK, "the dispatcher's kernels for aten::clone were changed"),
     # judged correct before stop 17: a mode lives in the thread's state, where no tripwire looked
     "c6_dispatch_mode_left_entered": (RELU_TASK, "timed call 0: torch dispatch modes entered changed: 0 -> 1"),
-    # judged correct (30,296x) before stop 17: the parent took the worker's call count and median on trust
-    "d6_forge_call_count_and_median": (RELU_TASK, "the timing report is malformed: 1000000000 calls announced"),
+    # once judged correct at 30,296x: it replaces the report channel's send; the channel is now tripwired (the parent
+    # also takes the median itself and checks the call count: tests/sandbox/test_judge.py)
+    "d6_forge_call_count_and_median": (RELU_TASK, "kevin.sandbox._worker.Channel.send was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
 }
@@ -145,7 +152,7 @@ def test_a_candidate_that_rewrites_the_cached_baselines_cannot_change_any_speedu
     attack = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("e5_poison_cached_baseline"))
     later = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False)).evaluate(
         RELU_TASK, load_candidate("honest_relu_cpu"))
-    poisoned = [json.loads(p.read_text())["baseline_ms"] for p in Path(cache_dir, "baselines").glob("*.json")]
+    poisoned = [json.loads(p.read_text()).get("baseline_ms") for p in Path(cache_dir, "baselines").glob("*.json")]
     assert 1000.0 in poisoned  # the attack did rewrite the files on disk
     # this Sandbox keeps its first timing; a new one times the reference afresh instead of reading the files
     assert (attack.status, attack.baseline_ms) == ("correct", honest.baseline_ms)
@@ -164,8 +171,26 @@ def test_the_built_library_check_reads_the_honest_extension_and_passes_it(warm_b
     assert check["nm"] is True and check["libraries"] == ["kevin_test_relu_cpu.so"]
 
 
-def test_pytorch_compute_in_timed_calls_only_is_seen_by_the_watch_on_rechecks(full_sandbox, warm_builds):
+def test_pytorch_compute_in_timed_calls_only_is_seen_by_the_watch_over_the_timing_loop(full_sandbox, warm_builds):
     # the candidate tells the correctness calls by their NaN-filled allocations and delegates afterwards
     r = full_sandbox.evaluate(RELU_TASK, load_candidate("a8_delegate_only_in_timed_calls"))
     assert r.status == "incorrect", r.feedback
     assert "aten.relu" in r.feedback and "timed call" in r.feedback
+
+
+def test_kernelbench_rules_accept_an_nn_layer_held_only_for_its_weights(cache_dir, warm_builds):
+    from sandbox_cases import LINEAR_RELU_TASK
+
+    r = Sandbox("cpu", _config(cache_dir, rules="kernelbench")).evaluate(
+        LINEAR_RELU_TASK, load_candidate("honest_kernelbench_linear_weights_cpu"))
+    assert r.status == "correct", r.feedback
+
+
+def test_kernelbench_rules_reject_the_held_layer_run_in_forward_even_without_static_checks(cache_dir, warm_builds):
+    # the runtime inventory proves the layer's forward never runs: here it does (aten.addmm)
+    from sandbox_cases import LINEAR_RELU_TASK
+
+    r = Sandbox("cpu", _config(cache_dir, rules="kernelbench", static_checks=False)).evaluate(
+        LINEAR_RELU_TASK, load_candidate("a11_kernelbench_layer_run_in_forward"))
+    assert r.status == "format_error", r.feedback
+    assert "aten.addmm" in r.feedback or "aten.linear" in r.feedback

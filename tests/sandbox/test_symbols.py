@@ -51,7 +51,8 @@ def test_extension_starting_a_cpp_thread_is_rejected(monkeypatch):
     # std::thread starts inside libstdc++: the extension imports _M_start_thread, not pthread_create
     symbols = ["std::thread::_M_start_thread(std::unique_ptr<std::thread::_State>, void (*)())", "memcpy"]
     found, _ = _judge(monkeypatch, symbols, "cuda")
-    assert found == ["the built extension ext.so imports std::thread::_M_start_thread (threads are not allowed)"]
+    assert found == ["the built extension ext.so imports std::thread::_M_start_thread (threads and background work "
+                     "in thread pools are not allowed)"]
 
 
 def test_cuda_extension_importing_a_driver_api_stream_is_rejected(monkeypatch):
