@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 
-from . import _guards, _inputs, _inventory, _worker, timing
+from . import _guards, _inputs, _worker, timing
 
 
 
@@ -150,8 +150,6 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
                 sub[f"set{k}.out{i}"] = o
         save_file(sub, os.path.join(out_dir, "sub.safetensors"))
 
-    if job.get("measure_loop", True):
-        meta["loop_overhead_ms"], meta["loop_overhead_cpu_ms"] = loop_overhead_ms(sets, job, device)
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
         names = list(job.get("baselines") or ["eager"])
@@ -236,8 +234,8 @@ def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dic
 
 
 def same_audit_work() -> Callable[[bool], list[str]]:
-    """The candidate loop's audit between calls (`._guards.Tripwires`), for a trusted loop: the same work, so both
-    loops time alike and the wall check subtracts its cost, but nothing is reported (a reference that changes a
+    """The candidate loop's audit between calls (`._guards.Tripwires`), for a trusted loop: the same work, so the
+    reference and a candidate are timed by the same loop, but nothing is reported (a reference that changes a
     flag, e.g. a lazy import, must not switch the audit off for the rest of the loop)."""
     wires = _guards.Tripwires()
 
@@ -246,30 +244,6 @@ def same_audit_work() -> Callable[[bool], list[str]]:
         return []
 
     return audit
-
-
-def loop_overhead_ms(sets: list[list[Any]], job: dict[str, Any], device: torch.device) -> tuple[float, float]:
-    """(wall, CPU) ms per call of the timing loop around a trusted copy of the first input: the loop's own cost.
-
-    The parent subtracts them from the per-call wall and CPU times it observes around a candidate's timing loop
-    (each from its own clock: on a loaded host the wall figure grows, the CPU figure does not).
-    """
-    pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
-    first = next((i for i, v in enumerate(pool[0]) if isinstance(v, torch.Tensor)), None)
-    fn = (lambda a: a[first].clone()) if first is not None else (lambda a: None)
-    n_warmup, n_trials = int(job["timing"]["n_warmup"]), int(job["timing"]["n_trials"])
-    # the candidate's loop watches its rechecks with the profiler and audits its tripwires after every call: the
-    # same watch and audit here, so their cost is subtracted
-    rng = random.Random(0)
-    rechecks = {p: pool[0] for p in rng.sample(range(n_trials), min(int(job.get("n_rechecks", 3)), n_trials))}
-    audit = same_audit_work()
-    t0, c0 = time.perf_counter(), time.process_time()
-    run = timing.time_calls(fn, pool, device=device, n_warmup=n_warmup, n_trials=n_trials,
-                            budget_s=float(job["timing"]["budget_s"]), rng=rng, rechecks=rechecks,
-                            inventory=_inventory.ProfiledOps, launch_cover_us=float(job["timing"]["launch_cover_us"]),
-                            audit=audit)
-    calls = n_warmup + len(run.samples_ms)
-    return (time.perf_counter() - t0) * 1e3 / calls, (time.process_time() - c0) * 1e3 / calls
 
 
 def device_name(device: torch.device) -> str:

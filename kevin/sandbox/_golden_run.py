@@ -76,7 +76,6 @@ def run_golden(
         "train_mode": config.train_mode,
         "n_rechecks": config.n_rechecks if n_rechecks is None else n_rechecks,
         "tasks": specs,
-        "measure_loop": mode != "calibrate" and config.measure_speed,
         "baselines": list(config.baselines_for("cuda" if gpu is not None else "cpu")),
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
