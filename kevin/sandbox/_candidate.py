@@ -146,7 +146,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             if isinstance(seen, (op_inventory, profiled_ops)):
                 for op in seen.compute_ops:
                     torch_ops[op] = max(torch_ops.get(op, 0), seen.ops[op])
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        # exactly a tuple or list, never a subclass: its __iter__ would run the candidate's code when read here
+        outs = list(out) if type(out) is tuple or type(out) is list else [out]
         for i, o in enumerate(outs):
             if type(o) is not torch.Tensor:
                 violations.append(f"input set {k}: output {i} is a {type(o).__name__}, not exactly a torch.Tensor")

@@ -121,6 +121,10 @@ class Message:
         return str(self.data.get("event", ""))
 
 
+SPAWN_TIMEOUT_S = 15.0
+"""How long a spawn waits for the zygote's answer before retiring it."""
+
+
 class Zygote:
     """Parent side of the fork server (:mod:`._zygote`): one per Sandbox, started lazily, thread-safe."""
 
@@ -171,7 +175,14 @@ class Zygote:
             if not self.alive:
                 raise RuntimeError("the zygote is gone")
             socket.send_fds(self.sock, [json.dumps(req).encode()], list(fds))
-            pid = self._replies.get(timeout=60)
+            try:
+                pid = self._replies.get(timeout=SPAWN_TIMEOUT_S)
+            except queue.Empty:
+                # a fork takes well under a second; a zygote that does not answer was stopped or wedged (a candidate,
+                # its child, can signal it): retire it, so the Sandbox starts a fresh one for the next candidate
+                self.alive = False
+                self.close()
+                raise RuntimeError("the zygote did not answer") from None
         if pid < 0:
             raise RuntimeError("the zygote is gone")
         return ForkedProcess(pid, self)

@@ -250,6 +250,13 @@ _MODULE_ATTRS_ANYWHERE = frozenset({
     "marshal", "runpy", "tempfile", "atexit", "faulthandler", "_io", "_signal", "_ctypes", "posixpath"})
 # torch's own packages that share a banned module's name (window functions, not the stdlib's signal handlers).
 _TORCH_OWN_PACKAGES = ("torch.signal",)
+# os and sys by allow-list: what honest programs use (paths, the environment, the core count, version facts).
+# Everything else (signals to other processes, raw file descriptors, argv, process groups...) reaches the
+# sandbox's own processes and channels: ``os.killpg(os.getppid(), SIGSTOP)`` stalled the fork server,
+# ``os.writev`` on the report pipe's descriptor (from ``sys.argv``) forged a message (red-team findings).
+_OS_SYS_ALLOWED = ("os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext", "os.path.normpath",
+                   "os.path.sep", "os.environ", "os.getenv", "os.cpu_count", "os.sep", "os.linesep", "sys.version",
+                   "sys.version_info", "sys.platform", "sys.maxsize", "sys.byteorder", "sys.float_info")
 _REFLECTIVE = ("getattr", "setattr", "delattr", "hasattr")
 _PRIVATE_TORCH = ("torch._C", "torch.utils._python_dispatch", "torch._dispatch", "torch._ops", "torch.library",
                   "torch._library", "torch.overrides")
@@ -758,6 +765,8 @@ def _check_banned_python(mod: _Module) -> list[str]:
             if reached:
                 out.append(f"uses {q} (line {line}): the {reached} module reached through another module: "
                            f"{_module_rule(reached)}")
+            elif _os_sys_refused(q) and not (q in _BANNED_CALLS and isinstance(mod.parents.get(id(node)), ast.Call)):
+                out.append(f"uses {q} (line {line}): {_OS_SYS_RULE}")  # a banned call names its own reason
         if (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
                 and not isinstance(mod.parents.get(id(node)), ast.Attribute)):
             out += _banned_torch_ref(mod, node)  # assignment targets are reported by _check_module_assignment
@@ -782,7 +791,21 @@ def _banned_import(node: ast.AST) -> list[str]:
                        f"{_module_rule(reached)}")
         elif path in _BANNED_CALLS:
             out.append(f"imports {path} (line {node.lineno}): {_BANNED_CALLS[path]} is not allowed")
+        elif _os_sys_refused(path):
+            out.append(f"imports {path} (line {node.lineno}): {_OS_SYS_RULE}")
     return out
+
+
+_OS_SYS_RULE = ("of os and sys only os.path's path functions, os.environ, os.getenv, os.cpu_count and sys's "
+                "version facts are allowed (the rest reaches processes, signals and file descriptors)")
+
+
+def _os_sys_refused(qualname: str) -> bool:
+    """A dotted path under os or sys (``os.killpg``, ``sys.argv``) that is not on the allow-list."""
+    parts = qualname.split(".") if qualname else []
+    if len(parts) < 2 or parts[0] not in ("os", "sys"):
+        return False
+    return not any(qualname == a or qualname.startswith(a + ".") for a in _OS_SYS_ALLOWED)
 
 
 def _reexported_module(qualname: str) -> str | None:

