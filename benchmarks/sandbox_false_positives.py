@@ -71,9 +71,13 @@ def inject(src: str, line: str) -> str:
     return src.replace(_INCLUDE, _INCLUDE + line + "\n", 1)
 
 
-def build_jobs(backend: str, rnd: int, nonce: str, n_load: int, n_broken: int, attacks_here: bool) -> list[dict]:
-    """The batch of one round: honest entries, load variants, broken sources and (optionally) attacks."""
-    jobs = [dict(kind="honest", label=label, task=task, src=src) for label, task, src in honest.jobs(backend)]
+def build_jobs(backend: str, rnd: int, nonce: str, n_load: int, n_broken: int, attacks_here: bool,
+               repeat: int = 1) -> list[dict]:
+    """The batch of one round: honest entries (each ``repeat`` times, as distinct programs around the same compiled
+    extension), load variants, broken sources and (optionally) attacks."""
+    jobs = [dict(kind="honest", label=f"{label}#{k}" if repeat > 1 else label, task=task,
+                 src=src if k == 0 else f"# copy {k} of round {rnd}\n{src}")
+            for label, task, src in honest.jobs(backend) for k in range(repeat)]
     base = honest.entries(backend)
     for i in range(n_load):
         e = base[i % len(base)]
@@ -209,6 +213,7 @@ def main() -> int:
     p.add_argument("--load", type=int, default=None, help="distinct honest variants compiling per round "
                    "(default: as many as honest entries)")
     p.add_argument("--broken", type=int, default=2, help="sources that fail to compile, per round")
+    p.add_argument("--repeat", type=int, default=1, help="copies of each honest entry per round (one compile)")
     p.add_argument("--files", nargs="*", default=None, help="only these honest files (stems)")
     p.add_argument("--attacks", choices=("dynamic", "full", "none"), default="dynamic",
                    help="dynamic: a second Sandbox with static checks and inventory off, in parallel; full: in the "
@@ -245,7 +250,7 @@ def main() -> int:
         return s
 
     for rnd in range(a.rounds):
-        jobs = build_jobs(backend, rnd, nonce, n_load, a.broken, attacks_here=a.attacks == "full")
+        jobs = build_jobs(backend, rnd, nonce, n_load, a.broken, attacks_here=a.attacks == "full", repeat=a.repeat)
         side = attack_jobs(backend) if attacker is not None else []
         side_results: list = []
         procs = start_busy(busy)

@@ -253,8 +253,9 @@ class _JobState:
 
     def cancel(self) -> None:
         self.cancelled.set()
-        if self.run is not None:
-            self.run.worker.kill()
+        run = self.run
+        if run is not None:
+            run.worker.kill()
 
     def timeout_result(self) -> EvalResult:
         words = _PHASE_WORDS.get(self.phase, self.phase)
@@ -375,8 +376,8 @@ class Sandbox:
                        for task_src, (_, src), state in zip(sources, jobs, states)]
             wait(futures, timeout=None if limit is None else max(0.0, deadline - time.monotonic()))
             late = [k for k, f in enumerate(futures) if not f.done()]
-            for k in late:
-                states[k].cancel()
+            for k in late:  # in the background: reaping a killed process can take seconds
+                threading.Thread(target=states[k].cancel, name="kevin-cancel", daemon=True).start()
             if late:  # killed processes make their threads return at once; a thread stuck elsewhere is left behind
                 wait([futures[k] for k in late], timeout=_CANCEL_GRACE_S)
             return [f.result() if f.done() else states[k].timeout_result() for k, f in enumerate(futures)]
