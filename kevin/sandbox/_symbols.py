@@ -82,6 +82,14 @@ FORBIDDEN_POOLS = re.compile(
     r"|launch_no_thread_state|set_num_threads|set_num_interop_threads|_?get_\w*pool\w*)\b)"
     r"|^(?:omp_set_\w+|GOMP_task\w*|GOMP_target\w*|__kmpc_omp_task\w*|__kmpc_taskloop\w*|__kmpc_omp_target\w*"
     r"|thrd_create)$")
+# Callbacks PyTorch runs inside the harness's own work: an allocator trace tracker or out-of-memory observer (called
+# on every allocation and free, the harness's included: a red-team candidate launched its kernel from one, after the
+# timed window, and fingerprinted the harness's buffers), memory history, profiler callbacks (on every operator),
+# thread-local debug info (memory reporting), allocator replacement.
+FORBIDDEN_HOOKS = re.compile(
+    r"(?:CachingAllocator\w*::(?:attach\w*|recordHistory|setAllocatorSettings|\w*[Tt]racker\w*)"
+    r"|AllocatorTraceTracker|OutOfMemoryObserver|ThreadLocalDebugInfo|DebugInfoGuard|MemoryReportingInfoBase"
+    r"|reportMemoryUsage|at::addGlobalCallback|at::addThreadLocalCallback|c10::SetAllocator|c10::SetCPUAllocator)")
 # Python's C API: an ALLOW-list. pybind11's binding code and torch's casters import these in every honest build
 # (CPU and CUDA link the same main.cpp bindings; a .cu unit that includes <torch/extension.h> imports a subset):
 # the exact names below were read with ``nm -D --undefined-only`` from honest load_inline builds (ReLU, Linear +
@@ -240,6 +248,9 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
                 op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
                 out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
                            "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
+            if FORBIDDEN_HOOKS.search(s):
+                out.append(f"the built extension {name} imports {s.split('(')[0]} (callbacks inside PyTorch's "
+                           "allocator, profiler or debug info run during the sandbox's own work: not allowed)")
             if s.startswith(FORBIDDEN_CPP) or FORBIDDEN_POOLS.match(s):
                 out.append(f"the built extension {name} imports {s.split('(')[0]} (threads and background work in "
                            "thread pools are not allowed)")

@@ -114,8 +114,10 @@ class SandboxConfig:
     extra_baselines: tuple[str, ...] | None = None
     """reference timings taken besides ``baseline`` and carried in `EvalResult.baselines_ms`; None = "tf32" and
     "compile" on CUDA, none on the CPU backend (where TF32 does not exist and compiling costs tens of seconds)"""
-    max_wall_ratio: float = 3.0
-    """reject when the parent's wall clock implies a per-call time above this multiple of the reported one"""
+    max_wall_ratio: float = 1.5
+    """reject when the parent's clocks imply a per-call time above this multiple of the reported one (plus 0.5 ms
+    and three standard deviations of the harness's own cost): a kernel can hide at most a third of its work from the
+    timer before it is caught"""
 
     def __post_init__(self) -> None:
         if self.rules not in RULES:

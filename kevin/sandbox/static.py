@@ -354,7 +354,9 @@ _CPP_PYTHON = re.compile(
     r"|reinterpret_borrow|reinterpret_steal)\b")
 _CPP_HOOKS = re.compile(
     r"\b(TORCH_LIBRARY\w*|c10::Storage|StorageImpl|SetAllocator|GetAllocator|DataPtr|set_data_ptr\w*"
-    r"|RecordFunction|addGlobalCallback|addThreadLocalCallback)\b|\.\s*impl\s*\(|torch/library\.h"
+    r"|RecordFunction|addGlobalCallback|addThreadLocalCallback|\w*CachingAllocator\w*|\w*TraceTracker\w*"
+    r"|\w*MemoryObserver\w*|recordHistory|ThreadLocalDebugInfo|DebugInfoGuard|MemoryReportingInfoBase"
+    r"|reportMemoryUsage|CUDAAllocator|c10/cuda/CUDACachingAllocator\.h)\b|\.\s*impl\s*\(|torch/library\.h"
     r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:")
 # Trigraphs: ``??/`` is a backslash, so ``??/`` before a newline splices lines in a compiler that translates
 # trigraphs and not in one that does not (GCC's ISO and GNU modes differ): no single reading of such a source is

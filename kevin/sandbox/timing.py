@@ -225,8 +225,14 @@ class FreshInputs:
                 if bits is None:
                     raise TypeError(f"cannot permute {x.dtype} elements")
                 src.view(bits).numpy()[idx] = x.contiguous().reshape(-1).view(bits).numpy()
+                idx[...] = 0
             else:
-                src[idx.long()] = x.reshape(-1)
+                wide = idx.long()
+                src[wide] = x.reshape(-1)
+                wide.zero_()
+                idx.zero_()
+            # the permutation is drawn again at its call: no copy of it may be left in freed memory, where the
+            # candidate's own allocations could find it and recognise the recheck when it comes (a red-team finding)
             out.append(src.view(x.shape))
         return out
 
@@ -445,6 +451,10 @@ def time_calls(
         for content, p in zip(rechecks, positions):
             seed = rng.getrandbits(63)
             plan[p] = (fresh.source_for(content, seed), seed)
+            for t in content:  # the golden content stays only as its scattered source: nothing to match inputs with
+                if isinstance(t, torch.Tensor):
+                    t.zero_()
+        rechecks.clear()
         # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
         # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
         in_place = [rng.random() < 0.5 for _ in range(n)]

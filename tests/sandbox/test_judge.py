@@ -41,7 +41,7 @@ def loop(segments: list[tuple[float, float, float, float]], *, company: int = 0,
 
 
 def check(messages: list[Message]) -> dict:
-    return wall_check(messages, 0.016, N, SandboxConfig())
+    return wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0))
 
 
 # per segment: null calls 5 ms each (10 ms wall for 2) but 2 ms of CPU each; the timed calls 6 ms each on the wall,
@@ -120,8 +120,15 @@ def test_missing_or_reordered_marks_fail_the_check():
 
 def test_the_segment_sizes_come_from_the_sample_count_not_the_worker():
     # the same marks read as 50 calls (10 per segment): per-call times fall fivefold, the check follows
-    r = wall_check(loop([(4.0, 4.0, 44.0, 44.0)] * 5), 0.016, 50, SandboxConfig())
+    r = wall_check(loop([(4.0, 4.0, 44.0, 44.0)] * 5), 0.016, 50, SandboxConfig(max_wall_ratio=3.0))
     assert r["segments"][0]["implied_wall_ms"] == pytest.approx(44.0 / 10 - 2.0)
+
+
+def test_by_default_a_kernel_that_hides_almost_half_its_work_is_rejected():
+    # 3.6 ms of work per call beyond the harness, 2 ms of it reported (1.6 ms hidden after the timer stopped):
+    # the default bound is 1.5 * 2 + 0.5 = 3.5 ms
+    r = wall_check(loop([(4.0, 4.0, 11.2, 11.2)] * 5), 2.0, N, SandboxConfig())
+    assert not r["ok"] and r["implied_ms"] == pytest.approx(3.6)
 
 
 def test_a_native_thread_started_while_timed_is_rejected():

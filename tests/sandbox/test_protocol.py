@@ -82,7 +82,8 @@ def test_the_timing_loop_returns_each_rechecks_output_at_its_secret_position():
                             budget_s=10, rng=random.Random(0), rechecks=[golden])
     (p,) = run.recheck_outputs
     assert len(run.samples_ms) == 12
-    assert torch.equal(seen[1 + p], golden[0])  # that call got the golden content
+    assert torch.equal(seen[1 + p], torch.full((8,), 3.0))  # that call got the golden content
+    assert torch.equal(golden[0], torch.zeros(8))  # which was not left lying in memory before it
     assert torch.equal(run.recheck_outputs[p][0], torch.full((8,), 6.0))
 
 
