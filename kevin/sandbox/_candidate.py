@@ -200,7 +200,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     reported.update(run.audit_changes)
     audit("after timing")
     re_out: dict[str, torch.Tensor] = {}
-    positions = sorted(run.recheck_outputs)
+    positions = list(run.recheck_outputs)  # entry r: recheck r's position
     for r, p in enumerate(run.recheck_outputs):
         snap = run.recheck_outputs[p]
         if isinstance(snap, str) or snap is None:

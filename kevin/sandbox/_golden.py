@@ -136,7 +136,7 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     gen = np.random.default_rng(_inputs.derive_seed(int(job["seed"]), key, "recheck"))
     for r in range(int(job["n_rechecks"])):
         # which correctness set, drawn from the secret seed: with fewer rechecks than sets, a fixed r % n_sets left
-        # the last set never rechecked (a red-team finding), so its timed calls could be skipped unseen
+        # the last set never rechecked, so its timed calls could be skipped unseen
         base = sets[int(gen.integers(len(sets)))]
         x = [permuted(v, gen) if isinstance(v, torch.Tensor) and v.numel() > 1 else v for v in base]
         y = run_reference(model, x, device)

@@ -82,7 +82,7 @@ def _trusted_objects() -> dict[str, Any]:
         "os.write": os.write, "json.dumps": json.dumps, "safetensors.save_file": st.save_file,
         "builtins.type": builtins.type, "builtins.isinstance": builtins.isinstance,
         "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
-        # what makes the timed calls' fresh inputs and picks the rechecks (a review: replaced, the fresh inputs
+        # what makes the timed calls' fresh inputs and picks the rechecks (replaced, the fresh inputs
         # could be unpermuted copies of the correctness sets, told apart from the rechecks)
         "torch.randperm": torch.randperm, "torch.Generator": torch.Generator, "numpy.random.default_rng": np.random.default_rng,
         "random.Random": random.Random, "os.unlink": os.unlink, "secrets.randbits": secrets.randbits,
@@ -137,7 +137,7 @@ HARNESS_OPS = ("aten::clone", "aten::copy_", "aten::_to_copy", "aten::to", "aten
 def harness_op_names() -> list[str]:
     """Every registered overload of `HARNESS_OPS` (``aten::index.Tensor``, ``aten::randperm.generator``...): the
     dispatcher's dump of a bare name with no default overload (``aten::index``) is empty, so a kernel registered
-    over its overload went unseen (a review)."""
+    over its overload went unseen."""
     import torch
 
     bases = {op.split("::", 1)[1] for op in HARNESS_OPS}
@@ -164,7 +164,7 @@ def registration_changes(before: dict[str, str], names: Sequence[str] | None = N
 # What the timing loop runs between two calls to make the next one's fresh inputs (a new buffer at an offset,
 # a permutation, a gather, a copy): compared after every timed call, the rest of HARNESS_OPS only before a
 # rechecked output is read. A kernel over one of these, registered after an ordinary call and removed by the
-# next, could hand that call unpermuted correctness sets (a review).
+# next, could hand that call unpermuted correctness sets.
 FRESH_OPS = ("aten::randperm.generator", "aten::index.Tensor", "aten::empty.memory_format", "aten::slice.Tensor",
              "aten::copy_", "aten::view", "aten::reshape", "aten::as_strided")
 
@@ -172,7 +172,7 @@ FRESH_OPS = ("aten::randperm.generator", "aten::index.Tensor", "aten::empty.memo
 def hooks() -> dict[str, Any]:
     """Hooks that live in interpreter or thread state, not in any module: entered dispatch and function modes (a
     mode left entered sees the harness's ops, e.g. the ``clone`` of a snapshot, with the dispatcher's table
-    unchanged: a review) and trace or profile functions (they hand over the harness's frames)."""
+    unchanged) and trace or profile functions (they hand over the harness's frames)."""
     return {"torch dispatch modes entered": torch._C._len_torch_dispatch_stack(),
             "torch function modes entered": torch._C._len_torch_function_stack(),
             "sys.gettrace()": sys.gettrace(), "sys.getprofile()": sys.getprofile(),

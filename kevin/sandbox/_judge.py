@@ -75,9 +75,8 @@ def report_median(report: dict[str, Any], timing_end: _process.Message | None,
 
     The parent takes the median of the samples itself, and checks that their count is one the loop can end
     with (``min(n_trials, MIN_TRIALS)`` to ``n_trials``) and matches the calls that ``timing_end`` announced
-    (``n_warmup`` more), which the wall-clock check divides by: a report that claims more calls than it has
-    samples would shrink the per-call wall time. A candidate that rewrites the worker's report consistently
-    is not caught here (the module docstring: in-process forgery)."""
+    (``n_warmup`` more): a report whose count disagrees is malformed. A candidate that rewrites the worker's
+    report consistently is not caught here (docs/threat-model.md, in-process forgery)."""
     samples = report.get("samples_ms")
     if not isinstance(samples, list) or not samples:
         return float("nan"), "no samples"

@@ -45,7 +45,7 @@ the same with ``-O3``                                           16.9-17.8 s     
 CPU ReLU test extension (kernel in main.cpp), ``-O3``           16.9-19.2 s      8.5-10.0 s
 =============================================================  ===============  ============
 
-On the H200 host (torch 2.11, GCC 13.3, 32 vCPUs; ``benchmarks/results/sandbox_h200.md``, runs 14-15): ``main.o``
+On the H200 host (torch 2.11, GCC 13.3, 32 vCPUs; ``benchmarks/results/sandbox_h200.md``): ``main.o``
 of the CUDA honest candidate 15.3 s without the PCH, 6.4 s with it (6.6-9.2 s with 16 compiles at once).
 
 Building one PCH: ~29 core-s (28-29 s wall warm, 46 s with a cold disk), once per cache and variant;

@@ -254,6 +254,7 @@ class Worker:
         self._out = open(os.path.join(scratch, "stdout.log"), "wb")
         self._err = open(os.path.join(scratch, "stderr.log"), "wb")
         self.t_start = time.monotonic()
+        self._kill_lock, self._killed = threading.Lock(), False
         env = dict(env if env is not None else scrubbed_env(scratch))
         self.proc: Any = None
         if zygote is not None:
@@ -261,6 +262,11 @@ class Worker:
                 self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r))
             except (RuntimeError, OSError, queue.Empty):
                 self.proc = None
+                # a child forked after all (a late zygote) must not share the pipes of the new interpreter
+                for fd in (rep_r, rep_w, cmd_r, cmd_w):
+                    os.close(fd)
+                rep_r, rep_w = os.pipe()
+                cmd_r, cmd_w = os.pipe()
         self.data = None
         data_fds: tuple[int, ...] = ()
         if data_pipe:  # a binary pipe worker -> parent (golden outputs: never written to disk)
@@ -349,7 +355,12 @@ class Worker:
         return rc
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group (it and everything it started), then reap it."""
+        """SIGKILL the worker's process group (it and everything it started), then reap it. Safe to call from two
+        threads (a batch's deadline and the candidate's own thread): the second call returns at once."""
+        with self._kill_lock:
+            if self._killed:
+                return
+            self._killed = True
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

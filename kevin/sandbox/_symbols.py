@@ -23,7 +23,7 @@ extension (``PYTHON_ALLOWED``'s comment says which), so the source scan stays th
 
 Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
 and ``syscall`` as well, so the CPU backend rejects honest kernels built there (``benchmarks/results/
-sandbox_h200.md``, runs 15-16; the source is not found: GCC 12 with torch 2.11's headers imports neither). The
+sandbox_h200.md``; the source is not found: GCC 12 with torch 2.11's headers imports neither). The
 CPU machines this backend is for (GCC 12, torch 2.13) are not affected.
 """
 
@@ -49,14 +49,14 @@ FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
 # ones too), entry-point lookups, L2 persistence and device limits: by prefix, so that the per-thread (``_ptsz``)
 # and versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is
 # an import. Of the runtime's (C, unmangled) names, honest builds import only the ``__cuda*`` registration and
-# launch functions and ``cudaGetLastError`` (run 7's cuda_symbols.txt, which lists the C names only). The GPU
+# launch functions and ``cudaGetLastError`` (read from an honest build's imports). The GPU
 # tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls, which this check rejects; its
 # dynamic-gate tests run with the check off (``kernel_inventory=False``). c10's stream pool
 # (``c10::cuda::getStreamFromPool``) cannot be judged here: every ``CUDAGuard`` or ``OptionalCUDAGuard`` imports
 # it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it. Linked
 # statically (``-cudart static`` in the flags), the runtime's calls are defined inside the library, not imported;
 # such a library is still rejected, for the libc functions the static runtime imports (``dlopen``,
-# ``pthread_create``: a review built one), not for its streams.
+# ``pthread_create``), not for its streams.
 FORBIDDEN_DRIVER = re.compile(
     r"^cu(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx"
     r"|GetProcAddress|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
@@ -65,7 +65,7 @@ FORBIDDEN_RUNTIME = re.compile(
     r"|GetDriverEntryPoint|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)")
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
 # ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
-# ``<ATen/ops/clamp_min_cpu_dispatch.h>``: a red-team finding), and its native implementations.
+# ``<ATen/ops/clamp_min_cpu_dispatch.h>``), and its native implementations.
 _ATEN_BACKEND = re.compile(
     r"^at::(cpu|cuda|meta|mps|xpu|compositeexplicitautograd\w*|compositeimplicitautograd\w*|quantized\w*"
     r"|sparse\w*|mkldnn\w*|nestedtensor\w*)::(\w+)\(")
@@ -83,8 +83,8 @@ FORBIDDEN_POOLS = re.compile(
     r"|^(?:omp_set_\w+|GOMP_task\w*|GOMP_target\w*|__kmpc_omp_task\w*|__kmpc_taskloop\w*|__kmpc_omp_target\w*"
     r"|thrd_create)$")
 # Callbacks PyTorch runs inside the harness's own work: an allocator trace tracker or out-of-memory observer (called
-# on every allocation and free, the harness's included: a red-team candidate launched its kernel from one, after the
-# timed window, and fingerprinted the harness's buffers), memory history, profiler callbacks (on every operator),
+# on every allocation and free, the harness's included: a kernel launched from one runs after the timed window, and
+# can fingerprint the harness's buffers), memory history, profiler callbacks (on every operator),
 # thread-local debug info (memory reporting), allocator replacement.
 FORBIDDEN_HOOKS = re.compile(
     r"(?:CachingAllocator\w*::(?:attach\w*|recordHistory|setAllocatorSettings|\w*[Tt]racker\w*)"
@@ -153,7 +153,7 @@ _ALLOWED_STRUCTS: frozenset[str] | None = None
 def aten_op_allowed(struct: str) -> bool:
     """Whether ``at::_ops::<struct>`` is an allowed op: struct names are ``op`` or ``op_<overload>``, matched
     exactly against the dispatcher's registered (op, overload) pairs of the allow-list (a prefix match let
-    ``unfold_backward`` through as if it were ``unfold``: a red-team finding).
+    ``unfold_backward`` through as if it were ``unfold``).
 
     >>> aten_op_allowed("empty_memory_format"), aten_op_allowed("copy_"), aten_op_allowed("addmm")
     (True, True, False)

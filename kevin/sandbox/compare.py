@@ -18,11 +18,11 @@ Integer and bool outputs must match exactly.
 
 A second criterion covers what ``atol * s`` leaves unchecked when the reference spans a huge range (a
 cumulative product of 4,000 Gaussians is exactly 0 in 96 % of its elements and below 1e-3 x s in most of the
-rest, so a kernel that stops after 64 columns passed: a review). Of the finite elements with
+rest, so a kernel that stops after 64 columns passed). Of the finite elements with
 ``|ref| >= finfo.tiny``, at most 1 % (``SMALL_SHARE``) may be off by more than half of ``|ref|`` (``HALF``).
 The reference's own model run in float64, as a more accurate kernel would compute it, is off that much in none
 of the 440 floating outputs of the built-in tasks' four input sets (``python benchmarks/compare_false_positives.py``,
-stop 17, CPU sizes; in an earlier draw of the inputs, 0.003 % of one output's elements, GELU's heavy set).
+CPU sizes; in another draw of the inputs, 0.003 % of one output's elements, GELU's heavy set).
 Tasks outside the suite were not measured.
 """
 
@@ -66,7 +66,7 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
         return compare_tensor(torch.view_as_real(out.resolve_conj()).contiguous(),
                               torch.view_as_real(ref.resolve_conj()).contiguous(), atol=atol, rtol=rtol, name=name)
     if not (ref.is_floating_point() or ref.is_complex()):
-        # in the tensors' own dtype: through float64, 2**53 + 1 would equal 2**53 (a review)
+        # in the tensors' own dtype: through float64, 2**53 + 1 would equal 2**53
         n_bad = int((out != ref).sum())
         if n_bad:
             worst = float((out.to(torch.float64) - ref.to(torch.float64)).abs().max())  # for the report only
@@ -108,7 +108,7 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
         return Comparison(
             False,
             # relative errors only, to two figures: the max abs error and rms(ref), to four, gave a scalar
-            # output's value back for zeros, to hard-code on the next turn (a review); the abs error stays in
+            # output's value back for zeros, to hard-code on the next turn; the abs error stays in
             # the result's fields
             f"{name} differs from the reference in {n_bad} of {ref.numel()} elements: max rel error "
             f"{max_rel:.2g} (tolerance {atol:g} x rms(ref) + {rtol:g} x |ref|)",

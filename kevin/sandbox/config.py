@@ -137,6 +137,9 @@ class SandboxConfig:
             raise ValueError("n_input_sets must be >= 4 (one set of each variant: task, signed, scaled, heavy-tailed)")
         if self.n_trials < 1 or self.n_warmup < 0:
             raise ValueError("n_trials must be >= 1 and n_warmup >= 0")
+        if self.measure_speed and self.n_warmup < 1:
+            # the first call may start a thread pool or touch its output buffers: not inside the judged loop
+            raise ValueError("n_warmup must be >= 1 when measure_speed is on")
         if self.atol < 0 or self.rtol < 0:
             raise ValueError("tolerances must be >= 0")
         if self.measure_speed and not 1 <= self.n_rechecks <= self.n_trials:

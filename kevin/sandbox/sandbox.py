@@ -14,7 +14,7 @@ is computed once per task and kept in memory. The baseline (the reference's runt
 and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
 version); a copy is written to ``<cache>/baselines/`` as a record, and never read back: candidates run as
 the same user and can rewrite any file there, and a baseline read from disk let one candidate set the
-speedup of every later one (a red-team finding).
+speedup of every later one.
 """
 
 from __future__ import annotations
@@ -394,11 +394,18 @@ class Sandbox:
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
             result = EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this "
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
-        if state.cancelled.is_set() and result.status != "timeout":
-            result = state.timeout_result()
-        details = dict(result.details)
-        details["phase_seconds"] = state.phase_seconds()
-        return dataclasses.replace(result, details=feedback.scrub_paths(details), feedback=feedback.scrub_paths(result.feedback))
+        if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
+            result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it
+        try:
+            details = dict(result.details)
+            details["phase_seconds"] = state.phase_seconds()
+            internal = details.pop("internal_error", None)  # a harness bug's traceback keeps its paths, for us
+            details = feedback.scrub_paths(details)
+            if internal is not None:
+                details["internal_error"] = internal
+            return dataclasses.replace(result, details=details, feedback=feedback.scrub_paths(result.feedback))
+        except Exception:  # noqa: BLE001 - never raise out of evaluate_many
+            return result
 
     def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
         t0 = time.monotonic()

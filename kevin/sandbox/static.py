@@ -236,7 +236,7 @@ _BANNED_ATTRS = {
     "numpy", "__array__", "__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__",
 }
 # Modules that must not be reached as another module's attribute (``torch.os``, ``torch.serialization.pickle``,
-# ``torch.utils.cpp_extension.subprocess``: a red-team finding; through ``sys.modules`` such an alias replaced the
+# ``torch.utils.cpp_extension.subprocess``; through ``sys.modules`` such an alias replaced the
 # harness's timing loop): every banned module, plus the interpreter and OS modules that may be imported directly
 # (``os``, ``sys``) but whose re-exports would dodge the rules written for the direct spelling.
 _MODULE_NAMES = frozenset(_BANNED_MODULES) | {"os", "sys", "posix", "nt", "_io", "_posixsubprocess", "_signal",
@@ -253,8 +253,8 @@ _TORCH_OWN_PACKAGES = ("torch.signal",)
 # os and sys by allow-list: what honest programs use (paths, the environment, the core count, version facts).
 # Everything else (signals to other processes, raw file descriptors, argv, process groups...) reaches the
 # sandbox's own processes and channels: ``os.killpg(os.getppid(), SIGSTOP)`` stalled the fork server,
-# ``os.writev`` on the report pipe's descriptor (from ``sys.argv``) forged a message (red-team findings).
-_OS_SYS_ALLOWED = ("os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext", "os.path.normpath",
+# ``os.writev`` on the report pipe's descriptor (from ``sys.argv``) forged a message.
+_OS_SYS_ALLOWED = ("os.path", "os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext", "os.path.normpath",
                    "os.path.sep", "os.environ", "os.getenv", "os.cpu_count", "os.sep", "os.linesep", "sys.version",
                    "sys.version_info", "sys.platform", "sys.maxsize", "sys.byteorder", "sys.float_info")
 _REFLECTIVE = ("getattr", "setattr", "delattr", "hasattr")
@@ -310,7 +310,7 @@ _CPP_LIBRARIES = re.compile(
     r"|cusolver\w*|cblas_\w*|Eigen::\w*|dnnl::\w*|mkl_\w*|mkldnn\w*|[sd]gemm_)"
     r"|#\s*include\s*[<\"](cublas|cudnn|cutlass|cute|thrust|cufft|cusparse|cusolver|mkl|Eigen|dnnl|cblas)")
 # Streams and host callbacks in the runtime and the driver API, and the entry-point lookups that reach either
-# without naming it (a review's finding: the driver's cuStreamCreate was not listed).
+# without naming it (the driver's cuStreamCreate, say).
 _CPP_STREAMS = re.compile(
     r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|cudaStreamBeginCapture\w*"
     r"|cudaGraph\w*|cudaEventDisableTiming|cudaLaunchHostFunc\w*|cudaStreamAddCallback\w*|cudaExecutionCtx\w*"
@@ -326,7 +326,7 @@ _CPP_PROCESS = re.compile(
     r"\bstd\s*::\s*(?:(?:thread|jthread)\b(?!\s*::\s*(?:hardware_concurrency|id)\b)|async\b|packaged_task\b)"
     r"|\b(pthread_create|thrd_create|vfork|dlopen|dlsym)\b"
     r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
-# After `using namespace std` a thread needs no `std::` (a red-team finding); only then, since `dim3 threads(256)` and
+# After `using namespace std` a thread needs no `std::`; only then, since `dim3 threads(256)` and
 # the like are common in honest kernels.
 _CPP_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
 _CPP_BARE_THREAD = re.compile(r"\b(thread|jthread)\b\s*(?:\w+\s*)?[({]|\basync\s*\(|\bpackaged_task\b")
@@ -365,7 +365,7 @@ _CPP_TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _CPP_EXTERN_C = re.compile(r"\bextern\s*\"C\"")
 # Code placed in PyTorch's own namespaces reaches their functions by argument-dependent lookup with no qualifier
 # the scan could see (``namespace at { Tensor f(const Tensor& x) { return cpu::clamp_min(x, 0); } }``, then
-# ``f(x)``: a red-team finding).
+# ``f(x)``).
 _CPP_OWN_NAMESPACE = re.compile(r"\bnamespace\s+(?:\w+\s*::\s*)*(at|torch|c10|aten|caffe2)\b(?!\s*=)")
 # Headers of ATen's per-backend kernels (``at::cpu::addmm`` called without the dispatcher) and its internals.
 _CPP_ATEN_INTERNALS = re.compile(
@@ -798,8 +798,8 @@ def _banned_import(node: ast.AST) -> list[str]:
     return out
 
 
-_OS_SYS_RULE = ("of os and sys only os.path's path functions, os.environ, os.getenv, os.cpu_count and sys's "
-                "version facts are allowed (the rest reaches processes, signals and file descriptors)")
+_OS_SYS_RULE = ("of os and sys only os.path, os.environ, os.getenv, os.cpu_count and sys's version facts are "
+                "allowed")
 
 
 def _os_sys_refused(qualname: str) -> bool:
@@ -865,7 +865,7 @@ def _banned_call(mod: _Module, node: ast.Call) -> list[str]:
                        "allowed; name attributes directly")
         elif not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
             out.append(f"{node.func.id}() with a computed attribute name (line {line}): reflective access is not "
-                       "allowed; name attributes directly")  # getattr(gen, "gi" + "_frame"): a red-team finding
+                       "allowed; name attributes directly")  # getattr(gen, "gi" + "_frame")
         elif name.value in _BANNED_ATTRS:
             out.append(f"{node.func.id}(..., {name.value!r}) (line {line}): introspection, tensor hooks and foreign "
                        "array access are not allowed")
@@ -1470,7 +1470,7 @@ def _prepare_cpp(text: str) -> str:
 
 def _splice_lines(text: str) -> str:
     r"""Join each line ending in a backslash to the next, as the preprocessor does before it reads any token
-    (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler: a red-team finding). GCC also
+    (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler). GCC also
     splices a backslash followed by spaces (with a warning), so that counts too. The joined lines are padded with
     empty ones, so line numbers after them still match the source.
 

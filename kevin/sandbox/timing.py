@@ -205,8 +205,10 @@ class FreshInputs:
             if not isinstance(x, torch.Tensor):
                 out.append(x)
                 continue
+            idx = next(index)
             view = self._new_buffer(x)
-            view.copy_(_gather(x.reshape(-1), next(index)))
+            view.copy_(_gather(x.reshape(-1), idx))
+            _wipe(idx)  # freed memory may reach the candidate's allocations: leave no permutation in it
             out.append(view.view(x.shape))
         return out
 
@@ -221,18 +223,12 @@ class FreshInputs:
             idx = next(index)
             src = torch.empty_like(x).reshape(-1)
             if x.device.type == "cpu":
-                bits = _SAME_SIZE_INT.get(x.element_size())
-                if bits is None:
-                    raise TypeError(f"cannot permute {x.dtype} elements")
-                src.view(bits).numpy()[idx] = x.contiguous().reshape(-1).view(bits).numpy()
-                idx[...] = 0
+                _bits(src).numpy()[idx] = _bits(x.contiguous().reshape(-1)).numpy()
             else:
                 wide = idx.long()
-                src[wide] = x.reshape(-1)
-                wide.zero_()
-                idx.zero_()
-            # the permutation is drawn again at its call: no copy of it may be left in freed memory, where the
-            # candidate's own allocations could find it and recognise the recheck when it comes (a red-team finding)
+                _bits(src)[wide] = _bits(x.reshape(-1))
+                _wipe(wide)
+            _wipe(idx)  # drawn again at its call: no copy may wait in freed memory for the candidate to find
             out.append(src.view(x.shape))
         return out
 
@@ -253,14 +249,28 @@ def _numpy_permuted(flat: torch.Tensor, gen: np.random.Generator) -> torch.Tenso
     return torch.from_numpy(np.ascontiguousarray(gen.permutation(arr, axis=0))).view(flat.dtype)
 
 
-def _gather(flat: torch.Tensor, idx: Any) -> torch.Tensor:
-    """``flat[idx]``: on the CPU through numpy, on the raw element bits (any dtype of 1, 2, 4 or 8 bytes)."""
-    if flat.device.type != "cpu":
-        return flat[idx]
+def _bits(flat: torch.Tensor) -> torch.Tensor:
+    """A 1-D tensor's elements as integers of the same size (16-byte elements as rows of two 8-byte words)."""
     bits = _SAME_SIZE_INT.get(flat.element_size())
-    if bits is None:
-        raise TypeError(f"cannot permute {flat.dtype} elements")
-    return torch.from_numpy(np.ascontiguousarray(flat.contiguous().view(bits).numpy()[idx])).view(flat.dtype)
+    if bits is not None:
+        return flat.view(bits)
+    return flat.view(torch.int64).view(-1, flat.element_size() // 8)
+
+
+def _wipe(idx: Any) -> None:
+    """Zero a permutation before it is freed."""
+    if isinstance(idx, torch.Tensor):
+        idx.zero_()
+    else:
+        idx[...] = 0
+
+
+def _gather(flat: torch.Tensor, idx: Any) -> torch.Tensor:
+    """``flat[idx]`` on the raw element bits (any dtype); on the CPU through numpy."""
+    if flat.device.type != "cpu":
+        return _bits(flat)[idx].view(flat.dtype).reshape(-1)
+    picked = np.ascontiguousarray(_bits(flat.contiguous()).numpy()[idx])
+    return torch.from_numpy(picked).view(flat.dtype).reshape(-1)
 
 
 def _as_list(out: Any) -> list[Any]:
@@ -463,7 +473,7 @@ def time_calls(
         null_out = null_call if null_call is not None and mark is not None else None
         # Where the copies go, allocated and written before the loop: a copy into fresh memory costs page faults (or
         # a cudaMalloc) that a null call's copy, freed and reused, would not, and the wall check would count them as
-        # the candidate's (an honest kernel with a 16 MB output was rejected so)
+        # the candidate's work
         slots = [[torch.zeros_like(t) for t in template] for _ in range(n + 1)] if template else None
         sizes = _loop.segment_sizes(n) if null_out is not None else [n]
         kept_all = []
