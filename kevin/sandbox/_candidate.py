@@ -213,6 +213,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     save_file(re_out, re_path)
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
          violations=violations, native_threads=[threads0_native, _guards.native_threads()])
+    receive()  # stay mapped until the parent has read the libraries once more (it kills this process after)
 
 
 def warm_up_dispatch_mode() -> None:

@@ -230,7 +230,9 @@ class CandidateRun:
         pid = getattr(self.worker.proc, "pid", None)
         paths = _symbols.mapped_extensions(pid, self.ext_root) if pid else []
         found, checked = _symbols.violations(paths, backend=self.backend)
-        self.details["symbol_check"] = {"libraries": [os.path.basename(p) for p in paths], "nm": checked}
+        seen = self.details.get("symbol_check", {"libraries": [], "nm": True})  # checked up to three times
+        self.details["symbol_check"] = {"libraries": sorted(set(seen["libraries"]) | {os.path.basename(p) for p in paths}),
+                                        "nm": seen["nm"] and checked}
         if found:
             self.details["violations"] = found
             body = "\n".join(f"- {v}" for v in found[:8])

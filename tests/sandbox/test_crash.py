@@ -69,23 +69,32 @@ def test_a_build_killed_by_the_compile_timeout_leaves_no_stale_build_lock(cache_
     assert not list(Path(cache_dir, "ext").glob("*/lock"))
 
 
-def test_a_batch_with_a_hung_load_and_a_hung_forward_returns_by_its_deadline(cache_dir, warm_builds):
-    # 4 candidates: two honest, one whose load never ends (a loop at import: the compile stage), one whose forward
-    # never returns (killed by its 10 s run limit, so the honest ones can be timed); the load's own limit (180 s) is
-    # far away: the batch's 60 s deadline decides
+def test_a_batch_with_a_hung_load_and_a_hung_forward_still_judges_the_others(cache_dir, warm_builds):
+    # On the CPU backend a load (compiling) and a correctness run hold the cores, so the honest candidates are timed
+    # once the stragglers' own limits (15 s, 10 s) stopped them; the batch returns by its 60 s deadline
     honest = load_candidate("honest_relu_cpu")
     hung_load = honest + "\nwhile True:\n    pass\n"
-    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, compile_timeout_s=180.0,
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, compile_timeout_s=15.0,
                                      run_timeout_s=10.0))
     t0 = time.monotonic()
     results = sandbox.evaluate_many([(RELU_TASK, honest), (RELU_TASK, hung_load),
                                      (RELU_TASK, load_candidate("crash_infinite_loop")), (RELU_TASK, honest)],
                                     deadline_s=60.0)
-    took = time.monotonic() - t0
-    assert took < 60.0 + 10.0, took
+    assert time.monotonic() - t0 < 60.0 + 10.0
     assert [r.status for r in results] == ["correct", "timeout", "timeout", "correct"], [r.feedback for r in results]
-    assert results[1].details["phase"] == "compile"  # stopped by the deadline while loading
-    assert "correctness" in results[2].details["phase_seconds"]  # stopped by its own limit while checked
+    assert "compile" in results[1].details["phase_seconds"]
+    assert "correctness" in results[2].details["phase_seconds"]
+
+
+def test_the_deadline_stops_candidates_whose_own_limits_are_far_away(cache_dir, warm_builds):
+    # three loads that never end, a 180 s compile limit, a 15 s deadline: all three are stopped by the deadline
+    hung_load = load_candidate("honest_relu_cpu") + "\nwhile True:\n    pass\n"
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, compile_timeout_s=180.0))
+    t0 = time.monotonic()
+    results = sandbox.evaluate_many([(RELU_TASK, hung_load)] * 3, deadline_s=15.0)
+    assert time.monotonic() - t0 < 15.0 + 10.0
+    assert [r.status for r in results] == ["timeout"] * 3
+    assert all(r.details["batch_deadline"] and "time ran out" in r.feedback for r in results)
 
 
 def test_every_result_says_where_its_time_went(dynamic_sandbox, warm_builds):
