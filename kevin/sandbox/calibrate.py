@@ -2,7 +2,7 @@
 
 For each task, four fake "kernels" are scored by the sandbox's own comparison on the sandbox's own input
 sets (the task's distribution plus its signed / scaled / heavy-tailed variants); a task is usable only
-when all four are rejected (sandbox-threats.md B1-B4, section 5.2):
+when all four are rejected (attacks B1-B4 of docs/threat-model.md):
 
 - ``zeros``: zeros of the reference's shape and dtype (B1);
 - ``mean_constant``: every element equal to one constant, the mean of the reference on the first input

@@ -5,7 +5,7 @@ is what the paper's format reward uses (Kevin §3.1: format check first, reward 
 determined candidate can hide from any static scan (strings built at run time, ghost branches that are
 false at benchmark shapes, pointer-keyed caches). The verdict rests on the dynamic gate: golden outputs
 from a process that never loads the candidate, a fresh candidate process, fresh inputs per timed call
-and a kernel inventory (``reference/sandbox-threats.md`` §5). Threat ids (A1..E4) below are that file's.
+and a kernel inventory (``docs/threat-model.md``, whose attack ids the ones below are).
 
 Python rules (by AST, so words inside strings and comments never count):
 
