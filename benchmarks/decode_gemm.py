@@ -1,7 +1,7 @@
 """Triton matmuls for the 7B decoding step's linears against cuBLAS / cuBLASLt, at the step's own memory traffic.
 
-A decoding step at 128 rows reads every weight once, and run 21's profile of the compiled step
-(``benchmarks/results/generation_h200.md``) has its matmuls about 1 ms per step above the weights' read floor:
+A decoding step at 128 rows reads every weight once, and the profile of the compiled step
+(``benchmarks/results/generation_h200.md``, 2026-12-01) has its matmuls about 1 ms per step above the weights' read floor:
 per layer q/k/v 13.6 us (floor 7.7 at 4.3 TB/s), o 11.4 (6.0), gate/up 73.9 (63.2), down 46.1 (31.6, with its
 split-K reduction). This times, per layer, the candidates that could close that gap:
 
