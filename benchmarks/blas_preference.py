@@ -3,7 +3,7 @@
 ``torch.backends.cuda.preferred_blas_library`` picks the library of ``F.linear`` (``addmm`` with the bias of q, k
 and v). Shapes of the generation benchmark: the prefill runs its 128 prompts of 2048 tokens as one batch
 (M = 262144 rows; q, k, v, gate and up are separate linears there), a decoding step M = 128 rows with the fused
-projections of ``kevin.core.policy.fused`` (q/k/v as one [4608, 3584] linear, gate/up as one [37888, 3584]). Each shape is
+projections of ``kevin.core.policy.engine.fused`` (q/k/v as one [4608, 3584] linear, gate/up as one [37888, 3584]). Each shape is
 timed between CUDA events over ``--reps`` calls after a warm-up, once per preference, alternating twice
 (cublas, cublaslt, cublas, cublaslt) so that a drift of the clock shows; ms is the lower of a preference's two
 means. ``per_pass_ms`` sums one prefill layer's (or one decoding step's) linears times 28 layers.

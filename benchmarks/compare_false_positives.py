@@ -16,7 +16,7 @@ import types
 import torch
 
 from kevin.data import builtin_tasks
-from kevin.sandbox import _inputs
+from kevin.sandbox.worker import inputs as _inputs
 from kevin.sandbox.compare import HALF, SMALL_SHARE
 
 

@@ -1,4 +1,4 @@
-"""One decoding step's attention, every implementation of ``kevin.core.policy.attention`` against transformers' sdpa.
+"""One decoding step's attention, every implementation of ``kevin.core.policy.engine.attention`` against transformers' sdpa.
 
 Shape of a Qwen2.5-7B decoding step of the generation benchmark: B = 128 sequences, H = 28 query heads,
 Hkv = 4 KV heads, D = 128, a static cache of S = 3072 slots of which the first ``--valid`` are written (the
@@ -29,7 +29,7 @@ def main() -> None:
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from kevin.core.policy import attention
+    from kevin.core.policy.engine import attention
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=128)

@@ -1,4 +1,4 @@
-"""The sampler of one decoding step: `kevin.core.policy.decoding.sample_logits` compiled, against a two-stage ("chunked")
+"""The sampler of one decoding step: `kevin.core.policy.engine.decoding.sample_logits` compiled, against a two-stage ("chunked")
 argmax form tried in stop 13 and not kept (it was slower), a form that never writes the [B, V] log-softmax
 (``lse_gumbel``: token = argmax(s - log E), log pi = s_token - logsumexp(s); the same draw, since a row's logsumexp
 does not move its argmax), and, as a floor that is not a sampler, the argmax of the scores without any noise, on
@@ -27,7 +27,7 @@ def chunked_argmax_sampler(logits, temperature: float, top_p: float, chunks: int
     (B x 64 reduction rows instead of B); log pi = s_token - logsumexp(s)."""
     import torch
 
-    from kevin.core.policy.decoding import top_p_filter
+    from kevin.core.policy.engine.decoding import top_p_filter
 
     scores = top_p_filter(logits.float() / temperature, top_p)
     clocks = torch.empty_like(scores).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
@@ -45,7 +45,7 @@ def lse_gumbel_sampler(logits, temperature: float, top_p: float):
     """token = argmax_v (s_v - log E_v), E ~ Exp(1); log pi = s_token - logsumexp(s), with s the tempered nucleus."""
     import torch
 
-    from kevin.core.policy.decoding import top_p_filter
+    from kevin.core.policy.engine.decoding import top_p_filter
 
     scores = top_p_filter(logits.float() / temperature, top_p)
     clocks = torch.empty_like(scores).exponential_().clamp_min_(torch.finfo(torch.float32).tiny)
@@ -65,7 +65,7 @@ def argmax_without_noise(logits, temperature: float, top_p: float):
 def main() -> None:
     import torch
 
-    from kevin.core.policy.decoding import sample_logits
+    from kevin.core.policy.engine.decoding import sample_logits
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=128)

@@ -13,10 +13,10 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
 - ``policy:generate`` / ``policy:static`` / ``policy:continuous``: ``kevin.core.policy.TransformersPolicy``
   in that mode, with its sampling log-probs recorded (``policy:static`` is what ``mode="auto"`` picks on
   CUDA). ``logprob_check`` compares the recorded log-probs of a few rows with a teacher-forced forward pass.
-  ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.policy.attention.IMPLEMENTATIONS``);
+  ``policy:static@IMPL`` decodes with ``decode_attention=IMPL`` (``kevin.core.policy.engine.attention.IMPLEMENTATIONS``);
   ``policy:static+unfused`` with ``fuse_projections=False`` (q, k, v, gate and up as separate matmuls);
   ``policy:static+cublas`` with the decoding loop's matmuls through torch's default BLAS instead of
-  ``kevin.core.policy.decoding.DECODE_BLAS`` (cuBLASLt); ``policy:static+inlinerotary`` with the prefill's rotary
+  ``kevin.core.policy.engine.decoding.DECODE_BLAS`` (cuBLASLt); ``policy:static+inlinerotary`` with the prefill's rotary
   cos and sin traced through (``PREFILL_ROTARY = False``); ``policy:static+whole`` with the prefill's last layer run
   on every position. Suffixes combine (``policy:static+inlinerotary+whole``).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
@@ -128,10 +128,10 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         mode = variant.split(":", 1)[1]
         extra = {}
         mode, *flags = mode.split("+")
-        from kevin.core.policy import decoding
+        from kevin.core.policy.engine import decoding
 
         for flag in flags:
-            if flag == "unfused":  # the decoding step without kevin.core.policy.fused's one matmul per group
+            if flag == "unfused":  # the decoding step without kevin.core.policy.engine.fused's one matmul per group
                 extra["fuse_projections"] = False
             elif flag == "cublas":  # the decoding loop's matmuls through torch's default BLAS, not DECODE_BLAS
                 decoding.DECODE_BLAS = "default"
@@ -175,7 +175,7 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         generated = sum(len(g.token_ids) for g in gens)
         lps = [x for g in gens for x in g.logprobs]
         if extra.get("decode_attention") == "triton":
-            from kevin.core.policy import attention
+            from kevin.core.policy.engine import attention
 
             out["triton_config"] = dict(attention.TRITON_CONFIG)
         out.update(warmup_s=warm, seconds=round(dt, 2), generated_tokens=generated,
@@ -226,7 +226,7 @@ def main() -> None:
     p.add_argument("--cap-s", type=float, default=240.0, help="time cap of one variant")
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget of this whole invocation")
     p.add_argument("--triton-config", default=None,
-                   help="JSON keyword arguments of kevin.core.policy.attention.triton_decode for decode_attention=triton")
+                   help="JSON keyword arguments of kevin.core.policy.engine.attention.triton_decode for decode_attention=triton")
     p.add_argument("--out", default="benchmarks/results/out")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -234,7 +234,7 @@ def main() -> None:
                     args.new_tokens or DEFAULTS[args.shape][2])
 
     if args.triton_config:
-        from kevin.core.policy import attention
+        from kevin.core.policy.engine import attention
 
         attention.TRITON_CONFIG.update(json.loads(args.triton_config))
     if args.worker:  # child: run one variant, print one JSON line

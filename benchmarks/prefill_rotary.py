@@ -1,5 +1,5 @@
 """One layer's rotary embedding in a compiled 7B prefill: cos and sin computed inside the kernel that rotates q,
-against read from tensors computed once (what `kevin.core.policy.attention.rotary_cos_sin` gives every layer).
+against read from tensors computed once (what `kevin.core.policy.engine.attention.rotary_cos_sin` gives every layer).
 
 In run 21's profile of the compiled 7B prefill (``benchmarks/results/generation_h200.md``) the kernel that rotates
 q took 5.2 ms per layer, where reading and writing q takes about 0.9 ms at 4.3 TB/s. Its name lists ``cos`` and
@@ -67,7 +67,7 @@ def main() -> None:
     cos, sin = rotary(q_lin, positions)
     reference = inline(q_lin, k_lin, positions)
     results: dict = {"rows": b, "length": q_len, "device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    from kevin.core.policy.attention import _same_cos_sin  # the check `install_prefill_rotary` makes, on this GPU
+    from kevin.core.policy.engine.attention import _same_cos_sin  # the check `install_prefill_rotary` makes, on this GPU
 
     results["operator_matches_the_module_bf16"] = _same_cos_sin(rotary, torch.bfloat16)
     results["operator_matches_the_module_fp32"] = _same_cos_sin(rotary, torch.float32)

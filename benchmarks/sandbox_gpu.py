@@ -72,7 +72,7 @@ def load_candidate(name: str) -> str:
 def variant(src: str, tag: str, bindings: str = "shared") -> str:
     """The same kernel with a different comment in its CUDA source: a distinct build. ``bindings="distinct"`` also
     gives the extension its own name, so its ``main.cpp`` differs too (``-DTORCH_EXTENSION_NAME``) and the object
-    cache (kevin/sandbox/_objcache.py) cannot share it: the worst case, trajectories that name their modules apart."""
+    cache (kevin/sandbox/build/objcache.py) cannot share it: the worst case, trajectories that name their modules apart."""
     out = src.replace('cuda_honest_source = r"""\n', f'cuda_honest_source = r"""\n// variant {tag}\n', 1)
     if bindings == "distinct":
         suffix = re.sub(r"\W", "_", tag)
@@ -118,7 +118,7 @@ def sm_clock_mhz() -> int | None:
 
 def preludes(cache_dir: str, since: float) -> dict:
     """How the CUDA units built after ``since`` began: {"light": n, "full": n, "light_failed": n}."""
-    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
 
     counts = {"light": 0, "full": 0, "light_failed": 0}
     for cu in Path(cache_dir, "ext").glob("*/cuda.cu"):
@@ -295,7 +295,7 @@ def do_bench_comparison(honest_src: str, config: SandboxConfig, our_runtimes: li
     import torch
     import triton.testing
 
-    from kevin.sandbox import _extension
+    from kevin.sandbox.build import extension as _extension
 
     _extension.install(os.path.join(config.resolved_cache_dir(), "ext"), "cuda")
     namespace: dict = {"__name__": "bench_candidate"}

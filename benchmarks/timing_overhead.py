@@ -2,7 +2,7 @@
 
 A timing holds its GPU alone (`kevin.sandbox.sandbox.DeviceGate`), so with 16 candidates judged at once its
 length is what queues them. Run 18 (``sandbox_h200.md``) saw 0.51 s per timing of a 1.9 ms matmul: 105 calls,
-so about 3 ms per call around a 1.9 ms kernel. This times `kevin.sandbox.timing.time_calls` on the benchmark's
+so about 3 ms per call around a 1.9 ms kernel. This times `kevin.sandbox.worker.timing.time_calls` on the benchmark's
 task (C = A @ B, fp32, N = 2048, four pool sets) with ``torch.mm`` as the call, and the pieces of one call
 separately: the fresh inputs (a random permutation of every tensor into a new buffer), the L2 flush, the
 persisting-L2 reset, the timer's synchronize, and ``torch.randperm`` alone. Each piece is timed ``--reps``
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 def host_ms(fn, reps: int) -> float:
     import torch
 
-    from kevin.sandbox.timing import median
+    from kevin.sandbox.worker.timing import median
 
     samples = []
     for _ in range(reps):
@@ -47,7 +47,7 @@ def main() -> None:
 
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -78,7 +78,7 @@ def main() -> None:
         e.synchronize()
 
     row["events_and_sync_ms"] = host_ms(sync_pair, a.reps)
-    from kevin.sandbox._inventory import ProfiledOps
+    from kevin.sandbox.worker.inventory import ProfiledOps
 
     # as the candidate process calls it: 3 rechecks (golden content at secret positions), each watched by the
     # operator profiler (torch.mm is reported there as compute; only the cost matters here)

@@ -3,7 +3,7 @@
 For each configuration m x n (default: the paper's 16 x 8, 32 x 4 and 128 x 1, 128 kernels per task
 each) the model runs m independent trajectories of n refinement turns on every evaluation task, every
 kernel judged by the sandbox; each configuration is its own rollout. From the saved rollouts it
-reports (the pure functions of kevin.core.report, on kevin.core.metrics):
+reports (the pure functions of kevin.core.eval.report, on kevin.core.eval.metrics):
 
 - **Table 1 at every turn budget** (paper Table 1; Fig. 5): for t = 1..n of the configuration with the
   most turns, correctness and speedup best@m and avg@m, fast_1 and fast_1.5. A trajectory is correct
@@ -53,10 +53,10 @@ from typing import Literal
 
 import torch
 
-from kevin.core import report
-from kevin.core.cli import ConfigError, log_to_stderr, parse_config
+from kevin.core.eval import report
+from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
 from kevin.core.policy.models import ModelNameError, check_model_name
-from kevin.core.tracking import delete_earlier_run, earlier_run, earlier_run_message
+from kevin.core.run.rundir import delete_earlier_run, earlier_run, earlier_run_message
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def parse_configs(text: str) -> list[tuple[int, int]]:
 def training_run(model: str) -> tuple[Path, dict] | None:
     """(checkpoint dir, the run's saved config) when ``model`` names a training run or one of its
     checkpoints (``<output_dir>/checkpoints/step_N``; a run dir means its latest checkpoint), else None."""
-    from kevin.core.checkpoint import latest_checkpoint
+    from kevin.core.run.checkpoint import latest_checkpoint
 
     path = Path(model)
     ckpt = latest_checkpoint(path / "checkpoints") if (path / "checkpoints").is_dir() else path
@@ -134,7 +134,7 @@ def load_trained_model(ckpt: Path, saved: dict):
     """(model, tokenizer) of a training checkpoint: the training recipe's own ``build_model`` rebuilds the
     run's model (tiny, random:..., hub id; LoRA-wrapped when it was trained so), the checkpoint's trained
     weights are loaded on top, and LoRA adapters are merged."""
-    from kevin.core.checkpoint import load_checkpoint
+    from kevin.core.run.checkpoint import load_checkpoint
 
     spec = importlib.util.spec_from_file_location("train_multiturn", Path(__file__).with_name("train_multiturn.py"))
     train = importlib.util.module_from_spec(spec)

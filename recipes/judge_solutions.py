@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kevin.core.cli import ConfigError, log_to_stderr, parse_config
+from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
 from kevin.data import builtin_tasks, load_tasks
 from kevin.sandbox import Sandbox, SandboxConfig
 

@@ -45,10 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, micro_batches, response_logprobs
-from kevin.core.cli import ConfigError, parse_config
+from kevin.core.run.cli import ConfigError, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.policy import TransformersPolicy
-from kevin.core.records import turn_scores
+from kevin.rewards.rescore import turn_scores
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
 from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer

@@ -44,18 +44,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
-from kevin.core.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
+from kevin.core.run.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    restore_training_state, rng_state, save_checkpoint, training_state)
-from kevin.core.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
+from kevin.core.run.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
 from kevin.core.loss import grpo_loss
-from kevin.core.metrics import metrics_dict
+from kevin.core.eval.metrics import metrics_dict
 from kevin.core.policy.models import ModelNameError, load_model
-from kevin.core.records import load_rollout, save_rollout, turn_scores
+from kevin.core.records import load_rollout, save_rollout
 from kevin.core.rollout import rollout
 from kevin.core.split import group_labels, split_trajectories
-from kevin.core.tracking import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, claim_output_dir,
-                                 drop_records_from, write_run_report)
-from kevin.rewards import aggregate_rewards
+from kevin.core.run.loggers import AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from
+from kevin.core.run.rundir import claim_output_dir, write_run_report
+from kevin.rewards import aggregate_rewards, turn_scores
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""Rollout records: save trajectories with every ``EvalResult``, load them back, and re-score them.
+"""Rollout records: save trajectories with every ``EvalResult`` and load them back.
 
 A rollout file is JSONL, one :class:`~kevin.core.types.Trajectory` per line (``Trajectory.to_dict()``:
 token ids, log-probs, parsed parts, the full sandbox verdict and the costs of every turn); a path ending in
 ``.gz`` is gzip-compressed. Because each turn keeps its raw verdict (status, speedup, runtimes), rewards can
 be recomputed with other settings -- correctness weight, speedup cap, discount, sum or max -- without
-running a single kernel again (:func:`rescore`).
+running a single kernel again (``kevin.rewards.rescore``).
 
-Standard library and ``kevin.rewards`` only.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import gzip
 import json
 import os
 from pathlib import Path
-from typing import IO, Iterable, Sequence
+from typing import IO, Iterable
 
 from kevin.core.types import Trajectory
 
@@ -79,44 +79,3 @@ def load_rollout(path: str | os.PathLike) -> list[Trajectory]:
             raise ValueError(f"{path}: not a {'gzip-compressed ' if path.suffix == '.gz' else ''}JSONL rollout file "
                              f"({type(e).__name__}: {e})") from e
     return out
-
-
-def turn_scores(
-    trajectories: Sequence[Trajectory], *, correctness_weight: float = 0.3, speedup_cap: float | None = None
-) -> list[list[float]]:
-    """Per-turn kernel scores ``S = w * correct + speedup * correct`` (``kevin.rewards.kernel_score``), [B*G][T]."""
-    from kevin.rewards import kernel_score
-
-    return [
-        [
-            kernel_score(
-                turn.result.correct,
-                turn.result.speedup,
-                correctness_weight=correctness_weight,
-                speedup_cap=speedup_cap,
-            )
-            for turn in traj.turns
-        ]
-        for traj in trajectories
-    ]
-
-
-def rescore(
-    trajectories: Sequence[Trajectory],
-    *,
-    correctness_weight: float = 0.3,
-    speedup_cap: float | None = None,
-    gamma: float = 0.4,
-    mode: str = "sum",
-) -> list[list[float]]:
-    """Per-turn returns of every trajectory, [B*G][T], from the stored verdicts alone.
-
-    ``R_t = sum_{i>=t} gamma^(i-t) S_i`` (mode "sum") or ``max_{i>=t} gamma^(i-t) S_i`` (mode "max"), with
-    ``S_i`` from :func:`turn_scores`. Example, scores [0, 1.3], gamma 0.4, sum: [0 + 0.4 * 1.3, 1.3] =
-    [0.52, 1.3]. Flatten in trajectory-major turn order (``[r for traj in out for r in traj]``) for
-    ``split_trajectories``.
-    """
-    from kevin.rewards import aggregate_rewards
-
-    scores = turn_scores(trajectories, correctness_weight=correctness_weight, speedup_cap=speedup_cap)
-    return [list(aggregate_rewards(s, gamma=gamma, mode=mode)) if s else [] for s in scores]

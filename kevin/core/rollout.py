@@ -145,7 +145,7 @@ def rollout(
             logger.info("no progress bar: tqdm is not installed")
         else:
             bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories", unit="turn")
-            if _console_handler(logging.getLogger("kevin")):  # (`kevin.core.cli.log_to_stderr`'s, say)
+            if _console_handler(logging.getLogger("kevin")):  # (`kevin.core.run.cli.log_to_stderr`'s, say)
                 # its lines printed above the bar, not through it
                 redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
     try:

@@ -80,7 +80,7 @@ def run_golden(
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
     }
-    worker = _process.Worker("kevin.sandbox._golden", job, scratch=scratch, env=worker_env(scratch, gpu), data_pipe=True)
+    worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=scratch, env=worker_env(scratch, gpu), data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))
     status: dict[str, str | None] = {}
     outputs: dict[str, dict[str, Any]] = {}

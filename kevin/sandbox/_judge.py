@@ -25,7 +25,8 @@ import tempfile
 import time
 from typing import Any, Callable, ContextManager, Sequence
 
-from . import _golden_run, _process, _symbols, compare, feedback
+from . import _golden_run, _process, compare, feedback
+from kevin.sandbox.static import symbols as _symbols
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -66,7 +67,7 @@ def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
         return f"its outputs could not be read ({type(exc).__name__})"
 
 
-MIN_TRIALS = 10  # kevin.sandbox.timing.MIN_TRIALS (timing imports torch; the parent does not)
+MIN_TRIALS = 10  # kevin.sandbox.worker.timing.MIN_TRIALS (timing imports torch; the parent does not)
 
 
 def report_median(report: dict[str, Any], timing_end: _process.Message | None,
@@ -116,7 +117,7 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     It also fails when the process has more native threads at the end of the loop than at its first mark: a
     thread started during the timed calls can work outside them.
     """
-    from . import _loop
+    from kevin.sandbox.worker import loop as _loop
 
     sizes = _loop.segment_sizes(n_calls)
     marks = [m for m in messages if m.event in ("null", "calls", "end")]
@@ -199,7 +200,7 @@ class CandidateRun:
                  "MAX_JOBS": str(max(1, max_jobs))}
         if arch:
             extra["TORCH_CUDA_ARCH_LIST"] = arch
-        self.worker = _process.Worker("kevin.sandbox._candidate", job, scratch=self.scratch,
+        self.worker = _process.Worker("kevin.sandbox.worker.candidate", job, scratch=self.scratch,
                                       env=_process.scrubbed_env(self.scratch, extra), zygote=zygote)
 
     def close(self) -> None:

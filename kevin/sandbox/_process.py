@@ -131,7 +131,7 @@ class Zygote:
     def __init__(self, scratch: str, env: Mapping[str, str]):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin.sandbox._zygote", str(child.fileno())], cwd=scratch, env=dict(env),
+            [sys.executable, "-m", "kevin.sandbox.worker.zygote", str(child.fileno())], cwd=scratch, env=dict(env),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(child.fileno(),), close_fds=True, start_new_session=True,
         )

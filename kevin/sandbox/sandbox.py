@@ -34,13 +34,14 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Iterator, Sequence
 
-from . import _golden_run, _judge, _pch, _process, _resolve, feedback
+from . import _golden_run, _judge, _process, _resolve, feedback
+from kevin.sandbox.build import pch as _pch
 from .config import SandboxConfig
 from .result import EvalResult
 
 
 def _static_check(src: str, backend: str, allow_libraries: bool, rules: str = "kevin") -> list[str] | None:
-    """The static layer's violations; None when `kevin.sandbox.static` is not available."""
+    """The static layer's violations; None when `kevin.sandbox.static.source` is not available."""
     try:
         from .static import check_format
     except ImportError:

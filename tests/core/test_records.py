@@ -1,6 +1,7 @@
 import pytest
 
-from kevin.core.records import load_rollout, rescore, save_rollout, turn_scores
+from kevin.core.records import load_rollout, save_rollout
+from kevin.rewards.rescore import rescore, turn_scores
 from kevin.core.split import split_trajectories
 from kevin.core.types import Trajectory, Turn
 from kevin.rewards import aggregate_rewards, kernel_score

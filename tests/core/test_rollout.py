@@ -218,7 +218,7 @@ def test_a_rollout_with_a_bar_leaves_the_callers_logging_alone(caplog, capfd):
 
 
 def test_a_rollout_with_a_bar_prints_log_to_stderrs_lines_once_above_it(capfd):
-    from kevin.core.cli import log_to_stderr
+    from kevin.core.run.cli import log_to_stderr
 
     log = logging.getLogger("kevin")
     saved = log.level, list(log.handlers)

@@ -171,7 +171,7 @@ def test_build_prompt_with_omitted_attempts_says_so():
 def test_first_turn_examples_pass_the_sandbox_static_check(backend, example):
     # The example teaches the answer format; our own format check must accept it. (The CPU example
     # also compiles and returns exactly a + b -- checked by hand, not here: a compile costs ~35 s.)
-    from kevin.sandbox.static import check_format
+    from kevin.sandbox.static.source import check_format
 
     assert check_format(example, backend=backend) == []
     other = "cpu" if backend == "cuda" else "cuda"

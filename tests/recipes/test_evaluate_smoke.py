@@ -190,7 +190,7 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
 
     import torch
 
-    from kevin.core.checkpoint import checkpoint_path, save_checkpoint
+    from kevin.core.run.checkpoint import checkpoint_path, save_checkpoint
     from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     evaluate, train = _load_recipe("evaluate"), _load_recipe("train_multiturn")

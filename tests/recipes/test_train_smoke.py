@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kevin.core.records import load_rollout
-from kevin.core.tracking import read_jsonl
+from kevin.core.run.loggers import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--model", "tiny", "--backend", "cpu", "--tasks_per_step", "2", "--n_trajectories", "2",
@@ -119,7 +119,7 @@ def test_every_config_field_has_a_docstring_and_a_command_line_override(name):
     import dataclasses
     import importlib.util
 
-    from kevin.core.cli import field_docs, parse_config
+    from kevin.core.run.cli import field_docs, parse_config
 
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "recipes" / name)
     module = importlib.util.module_from_spec(spec)

@@ -106,7 +106,7 @@ DYNAMIC = {
     "c6_dispatch_mode_left_entered": (RELU_TASK, "timed call 0: torch dispatch modes entered changed: 0 -> 1"),
     # once judged correct at 30,296x: it replaces the report channel's send; the channel is now tripwired (the parent
     # also takes the median itself and checks the call count: tests/sandbox/test_judge.py)
-    "d6_forge_call_count_and_median": (RELU_TASK, "kevin.sandbox._worker.Channel.send was replaced"),
+    "d6_forge_call_count_and_median": (RELU_TASK, "kevin.sandbox.worker.channel.Channel.send was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
 }

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from kevin.sandbox import SandboxConfig
-from kevin.sandbox import _golden, _golden_run
+from kevin.sandbox import _golden_run
+from kevin.sandbox.worker import golden as _golden
 from sandbox_cases import LINEAR_RELU_TASK, RELU_TASK
 
 JOB = {"seed": 0, "timing": {"n_warmup": 1, "n_trials": 10, "budget_s": 1.0, "launch_cover_us": 0.0}}

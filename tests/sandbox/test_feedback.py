@@ -159,7 +159,8 @@ def test_a_build_failure_without_captured_output_says_so_instead_of_quoting_the_
 
 def _import_error(tmp_path, program: str) -> str:
     """The worker's ``error`` message for importing ``program`` as the sandbox does."""
-    from kevin.sandbox import _extension, _worker
+    from kevin.sandbox.build import extension as _extension
+    from kevin.sandbox.worker import channel as _worker
 
     scratch = tmp_path / "kevin-run-abc123"
     scratch.mkdir()

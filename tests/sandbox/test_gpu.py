@@ -134,7 +134,7 @@ def test_cuda_timing_queues_the_launch_cover_of_the_config(gpu_warm):
 def test_the_sleep_calibration_reads_an_sm_clock():
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     rate = timing.sleep_cycles_per_ms(torch.device("cuda"))
     assert 3e5 < rate < 3e6, rate  # cycles per ms of an SM clock between 0.3 and 3 GHz
@@ -147,7 +147,7 @@ def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window():
 
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
 
@@ -174,7 +174,7 @@ def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize():
 
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
     side = torch.cuda.Stream()
@@ -197,7 +197,7 @@ def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
 
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
     run = timing.time_calls(lambda a: torch.relu(a[0]), [[torch.randn(1 << 22, device=dev)]], device=dev, n_warmup=2,
@@ -214,7 +214,7 @@ def test_a_slow_synchronize_on_the_host_is_not_taken_for_work_left_behind(monkey
 
     import torch
 
-    from kevin.sandbox import timing
+    from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
     real = torch.cuda.synchronize
@@ -302,7 +302,7 @@ def _cuda_units(cache_dir, marker):
 @pytest.mark.gpu
 def test_honest_cuda_kernels_are_built_with_the_light_prelude(cache_dir, gpu_warm):
     # on this host's torch: the light prelude compiled the honest extension, and its build is the one that ran
-    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
 
     assert gpu_warm["honest_matmul"].status == "correct"
     dirs = _cuda_units(cache_dir, "matmul_tiled_kernel")
@@ -313,7 +313,7 @@ def test_honest_cuda_kernels_are_built_with_the_light_prelude(cache_dir, gpu_war
 
 @pytest.mark.gpu
 def test_a_compile_error_under_the_light_prelude_is_retried_with_the_full_one(cache_dir, gpu_warm):
-    from kevin.sandbox._extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
 
     assert gpu_warm["compile_error"].status == "compile_error"
     dirs = _cuda_units(cache_dir, "undeclared_name")

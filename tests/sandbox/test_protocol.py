@@ -12,7 +12,8 @@ import torch
 
 from sandbox_cases import RELU_TASK
 from kevin.data.task import Task
-from kevin.sandbox import Sandbox, SandboxConfig, _inputs, _process, timing
+from kevin.sandbox import Sandbox, SandboxConfig, _process
+from kevin.sandbox.worker import inputs as _inputs, timing
 from kevin.sandbox._resolve import resolve_device
 
 
@@ -109,7 +110,7 @@ def test_the_loop_length_is_fixed_before_the_first_timed_call():
 
 
 def test_null_calls_lead_every_segment_and_the_marks_frame_them():
-    from kevin.sandbox import _loop
+    from kevin.sandbox.worker import loop as _loop
 
     events = []
     real = lambda a: events.append("call") or a[0] * 2  # noqa: E731

@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-import kevin.sandbox._worker as _worker
+import kevin.sandbox.worker.channel as _worker
 
 # include: _relu_extension.py
 

@@ -1,0 +1,1 @@
+"""The fast static-cache decoding path that only the ``hf`` backend imports."""

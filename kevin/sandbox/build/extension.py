@@ -1,0 +1,324 @@
+"""Content-addressed builds for ``load_inline`` (used inside the compile and candidate processes).
+
+``torch.utils.cpp_extension.load_inline`` keys its build directory by the extension's ``name`` only, so
+two candidates reusing a name would share (and fight over) one build. Before the candidate module is
+imported, `install` replaces ``load_inline`` by a wrapper that sets ``build_directory`` to
+
+    <cache>/ext/<sha256(name, sources, functions, flags, backend, torch version, arch list, python)>
+
+so one source is compiled once and every later candidate with the same extension loads it in a fraction
+of a second, whatever its Python code around it.
+
+It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_extension_header`): load_inline
+already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
+and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
+about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
+
+It then compiles the CUDA unit with `LIGHT_PRELUDE` in place of ``<torch/types.h>`` (`light_arguments`): the
+tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without the
+1,345 operator headers of ``ATen/Functions.h``, the autograd factories and ``torch/library.h`` (torch 2.13:
+211,823 preprocessed lines against 324,408). A source that does not compile with it (it uses something else of
+torch's) is built again as before, and only that build's errors are reported; after a failed light build, a
+marker in its directory sends later evaluations of the same source straight to the full prelude. A light
+attempt that ends with no library for another reason (this process waited on another's lock, and that build
+failed) also falls back, leaving no marker. Compile errors therefore cost the light attempt too, though its
+front end stops at the first errors (6.0 s, against 31.8 s for a whole compile with nearly the same headers, on
+the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
+umbrella headers) keep the full prelude: they pay for the headers anyway.
+
+And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
+has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
+the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
+same declarations and flags, other kernels) compile it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any, Iterator
+
+KEY_ARGS = (
+    "name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags",
+    "extra_sycl_cflags", "extra_ldflags", "extra_include_paths", "with_cuda", "with_sycl", "is_python_module",
+    "with_pytorch_error_handling", "use_pch", "no_implicit_headers",
+)
+
+
+_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"][^\n]*$', re.M)
+
+
+def drop_extension_header(sources: Any) -> Any:
+    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` line dropped.
+
+    >>> drop_extension_header(["#include <torch/extension.h>\\n__global__ void k() {}"])
+    ['// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)\\n__global__ void k() {}']
+    """
+    note = "// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)"
+    if isinstance(sources, str):
+        return _EXTENSION_H.sub(note, sources)
+    if isinstance(sources, (list, tuple)):
+        return [_EXTENSION_H.sub(note, x) if isinstance(x, str) else x for x in sources]
+    return sources
+
+
+LIGHT_PRELUDE = "\n".join([
+    "// kevin: a lighter prelude than load_inline's <torch/types.h> (kevin/sandbox/build/extension.py)",
+    "#ifndef AT_PER_OPERATOR_HEADERS",
+    "#define AT_PER_OPERATOR_HEADERS",
+    "#endif",
+    "#include <ATen/core/Tensor.h>",
+    "#include <ATen/Dispatch.h>",
+    *[f"#include <ATen/ops/{op}.h>" for op in ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
+                                                 "ones_like", "full", "full_like")],
+    "#include <optional>",
+    # torch/types.h's namespace block: torch::Tensor, torch::empty_like, torch::kFloat32, ... resolve as there
+    "namespace torch {",
+    "using namespace at;",
+    "#if !defined(FBCODE_CAFFE2) && !defined(C10_NODEPRECATED)",
+    "using std::nullopt;",
+    "using std::optional;",
+    "#endif",
+    "using Dtype = at::ScalarType;",
+    *[f"constexpr auto {name} = {value};" for name, value in (
+        ("kUInt8", "at::kByte"), ("kInt8", "at::kChar"), ("kInt16", "at::kShort"), ("kInt32", "at::kInt"),
+        ("kInt64", "at::kLong"), ("kUInt16", "at::kUInt16"), ("kUInt32", "at::kUInt32"), ("kUInt64", "at::kUInt64"),
+        ("kFloat16", "at::kHalf"), ("kFloat32", "at::kFloat"), ("kFloat64", "at::kDouble"), ("kU8", "kUInt8"),
+        ("kU16", "kUInt16"), ("kU32", "kUInt32"), ("kU64", "kUInt64"), ("kI8", "kInt8"), ("kI16", "kInt16"),
+        ("kI32", "kInt32"), ("kI64", "kInt64"), ("kF16", "kFloat16"), ("kF32", "kFloat32"), ("kF64", "kFloat64"))],
+    "}  // namespace torch",
+])
+"""Stands in for load_inline's ``#include <torch/types.h>`` at the top of the CUDA unit (`light_arguments`)."""
+
+LIGHT_FAILED = "kevin-light-failed"  # marker in a light build's directory: this source needs the full prelude
+
+_TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
+
+
+def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The bound ``load_inline`` arguments of the same build with `LIGHT_PRELUDE` for its CUDA unit, or None when
+    it does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to this torch, a CUDA
+    source that includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions
+    ``requires_grad``: the light prelude's ``torch::empty`` is ``at::empty``, which rejects options asking for
+    gradients, where the full prelude's autograd factory accepts them).
+
+    ``main.cpp`` keeps its bytes: ``no_implicit_headers`` would drop its ``<torch/extension.h>``, so it is put back
+    first, where load_inline puts it (its precompiled header and object cache still apply).
+    """
+    if "no_implicit_headers" not in arguments or arguments.get("no_implicit_headers"):
+        return None
+    cuda = arguments.get("cuda_sources")
+    cuda = [cuda] if isinstance(cuda, str) else list(cuda or [])
+    if not cuda or not all(isinstance(x, str) for x in cuda) or any(_TORCH_UMBRELLA.search(x) for x in cuda):
+        return None
+    if any("requires_grad" in x for x in cuda):  # at::empty rejects it and at::zeros drops it; torch:: keeps it
+        return None
+    cpp = arguments.get("cpp_sources")
+    cpp = [cpp] if isinstance(cpp, str) else list(cpp or [])
+    light = dict(arguments)
+    light["cpp_sources"] = ["#include <torch/extension.h>", *cpp]
+    light["cuda_sources"] = [LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", *cuda]
+    light["no_implicit_headers"] = True
+    return light
+
+
+def _mark_light_failed(light_dir: str) -> None:
+    """Create the `LIGHT_FAILED` marker; never through a link another candidate planted there (O_NOFOLLOW)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+
+
+MAX_BUILD_LOG = 12000
+_BUILD_FAILED = re.compile(r"Error building extension '[^'\n]*'(?::[ ]?)?")
+
+
+class BuildError(RuntimeError):
+    """A failed ``load_inline`` build; its message is the compiler's output (`clean_build_log`), which the worker's
+    ``error`` report carries to the parent's compile-error feedback. ``log``: that output alone."""
+
+    def __init__(self, name: str, log: str):
+        self.log = log
+        super().__init__(f"Error building extension '{name}':\n{log}" if log else f"Error building extension '{name}'")
+
+
+def clean_build_log(output: str, build_dir: str, limit: int = MAX_BUILD_LOG) -> str:
+    """ninja's output of a failed build with its progress lines and compiler command lines dropped and the build
+    directory stripped from paths (``main.cpp:12:5: error: ...``); the head kept, where the first errors are.
+
+    >>> clean_build_log("[1/2] c++ -c /b/main.cpp\\nFAILED: main.o\\nc++ -c /b/main.cpp\\n/b/main.cpp:3:1: error: x\\n"
+    ...                 "ninja: build stopped: subcommand failed.", "/b")
+    'main.cpp:3:1: error: x'
+    """
+    kept: list[str] = []
+    after_failed = False
+    for line in output.splitlines():
+        if after_failed:  # ninja prints the failed command on the line after ``FAILED: <target>``
+            after_failed = False
+            continue
+        if line.startswith("FAILED: "):
+            after_failed = True
+            continue
+        if re.match(r"\[\d+/\d+\] ", line) or line.startswith("ninja: "):
+            continue
+        kept.append(line)
+    text = "\n".join(kept).strip()
+    for d in {build_dir.rstrip("/"), os.path.realpath(build_dir)}:
+        text = text.replace(d + "/", "").replace(d, ".")
+    return text if len(text) <= limit else text[:limit] + "\n[... build log trimmed]"
+
+
+def build_key(arguments: dict[str, Any], backend: str) -> str:
+    """The content hash of one ``load_inline`` call (its bound arguments)."""
+    import torch
+
+    payload = {k: arguments.get(k) for k in KEY_ARGS}
+    payload["_env"] = [backend, torch.__version__, os.environ.get("TORCH_CUDA_ARCH_LIST", ""), sys.version_info[:2]]
+    blob = json.dumps(payload, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
+    """The ready PCH directory (:mod:`._pch`) for the flags this ``load_inline`` call gives main.cpp, or None."""
+    if pch_root is None:
+        return None
+    from kevin.sandbox.build import pch as _pch
+
+    sources = arguments.get("cuda_sources")
+    with_cuda = arguments.get("with_cuda")
+    try:
+        flags = _pch.main_cpp_flags(with_cuda=bool(sources) if with_cuda is None else bool(with_cuda),
+                                    extra_cflags=arguments.get("extra_cflags"),
+                                    extra_include_paths=arguments.get("extra_include_paths"))
+        return _pch.find(pch_root, flags)
+    except Exception:  # odd arguments or no CUDA toolkit: compile without it; torch reports real errors
+        return None
+
+
+@contextlib.contextmanager
+def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
+    """Within the block, torch compiles ``main.cpp`` through the :mod:`._objcache` shim (``$CXX``), which serves
+    an identical earlier compile from ``obj_root``; no-op for None or when no C++ compiler is found.
+
+    Not thread-safe (it edits ``os.environ``), like `._pch.search_first`.
+    """
+    from kevin.sandbox.build import objcache as _objcache
+
+    cxx = shutil.which(os.environ.get("CXX", "c++")) if obj_root else None  # as torch calls it (a ccache link kept)
+    if cxx is None:
+        yield
+        return
+    import torch
+    from torch.utils import cpp_extension as ce
+
+    roots = [*ce.include_paths(), sys.prefix, sys.base_prefix, "/usr", os.environ.get("CUDA_HOME", ""),
+             getattr(ce, "CUDA_HOME", None) or ""]  # (torch may have found CUDA through `which nvcc`)
+    try:
+        shim = _objcache.shim(os.path.dirname(obj_root))
+        # the compiler's own identity (version, target, configuration): with ccache in front, `cxx` is ccache
+        identity = subprocess.run([cxx, "-v"], capture_output=True, text=True, timeout=60).stderr[-4000:]
+    except (OSError, subprocess.SubprocessError):  # an unwritable cache or a broken compiler: no object cache
+        yield
+        return
+    env = {
+        "CXX": shim, _objcache.REAL_CXX: cxx, _objcache.CACHE: obj_root,
+        _objcache.SALT: json.dumps([torch.__version__, torch.version.git_version, ce.include_paths(), identity]),
+        _objcache.ROOTS: os.pathsep.join(r for r in roots if r),
+        _objcache.FORBID: os.path.dirname(obj_root),  # the sandbox cache: other builds' files live there
+        _objcache.PCH: pch_root or "",
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None,
+            obj_root: str | None = None, light: bool = True) -> None:
+    """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
+
+    ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
+    process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
+    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
+    """
+    import torch.utils.cpp_extension as ce
+
+    from kevin.sandbox.build import pch as _pch
+
+    original = ce.load_inline
+    signature = inspect.signature(original)
+
+    def load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        if backend == "cuda" and arguments.get("cuda_sources") and not arguments.get("no_implicit_headers"):
+            arguments["cuda_sources"] = drop_extension_header(arguments["cuda_sources"])
+            lighter = light_arguments(arguments) if light else None
+            if lighter is not None:
+                light_dir = os.path.join(ext_root, build_key(lighter, backend))
+                if not os.path.exists(os.path.join(light_dir, LIGHT_FAILED)):
+                    versions = getattr(ce, "JIT_EXTENSION_VERSIONER", None)
+                    entries = getattr(versions, "entries", None)
+                    name = arguments.get("name")
+                    before = entries.get(name) if isinstance(entries, dict) else None
+                    try:
+                        return build(lighter, light_dir)
+                    except Exception as exc:  # noqa: BLE001 - decided below: build it with the full prelude, or raise
+                        failed = isinstance(exc, RuntimeError) and str(exc).startswith("Error building extension")
+                        if not failed and glob.glob(os.path.join(light_dir, "*.so")):
+                            raise  # the light library was built: this error is the source's own
+                        # no library: it failed to build here, or in another process whose lock this one waited on
+                        if failed:
+                            _mark_light_failed(light_dir)
+                        if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
+                            if before is None:
+                                entries.pop(name, None)
+                            else:
+                                entries[name] = before
+        return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
+
+    def build(arguments: dict[str, Any], build_dir: str) -> Any:
+        os.makedirs(build_dir, exist_ok=True)
+        # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
+        arguments = {**arguments, "build_directory": build_dir, "verbose": False}
+        if on_build is not None:
+            on_build(build_dir)
+        with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):
+            try:
+                return original(**arguments)
+            except RuntimeError as exc:
+                failed = _BUILD_FAILED.match(str(exc))
+                if failed is None or isinstance(exc, BuildError):
+                    raise
+                name = str(arguments.get("name"))
+                raise BuildError(name, clean_build_log(str(exc)[failed.end():], build_dir)) from None
+
+    load_inline.__doc__ = original.__doc__
+    ce.load_inline = load_inline
+
+
+def import_candidate(path: str) -> Any:
+    """Import the candidate file as module ``candidate`` (this runs its ``load_inline`` calls)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("candidate", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["candidate"] = module
+    spec.loader.exec_module(module)
+    return module

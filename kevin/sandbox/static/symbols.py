@@ -1,0 +1,269 @@
+"""What a candidate's compiled extensions import: a check of the built library, not of its source text.
+
+The static layer reads C++ source, so a spelling it does not know (a macro call before ``::``, a function
+pointer, a new trick) can hide a call from it. The built library cannot hide what it links against: an
+ATen operator called from C++ is an undefined symbol ``at::_ops::<op>::call`` (or ``redispatch``), and a
+libc function is an undefined symbol of its own name. After the candidate's module has imported, the
+parent lists the libraries the candidate process has mapped from the extension cache
+(``/proc/<pid>/maps``) and reads their undefined dynamic symbols with ``nm -D``.
+
+Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views); ATen's
+per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda::<op>``, ...) and its native
+implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
+libstdc++) and background work in ATen's, c10's and OpenMP's thread pools (``at::launch``, ``c10::ThreadPool``,
+OpenMP tasks; ``FORBIDDEN_POOLS``), with the calls that change their thread counts; Python C-API functions outside
+the allow-list of what pybind11's bindings import (``PYTHON_ALLOWED``: no ``PyRun_*``, ``PyImport_*``,
+``PyEval_GetFrame``, ``PyObject_Call``, ...; the same table for both backends); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
+system calls (on CUDA less ``open`` and ``syscall``, which every honest build on the H200 image imports); and on
+CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups, L2
+persistence calls and device limits (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``). Not c10's stream pool:
+honest device guards import it (the comment at ``FORBIDDEN_DRIVER``).
+Python's C API can be judged only in part: pybind11's own binding code imports a few generic calls in every
+extension (``PYTHON_ALLOWED``'s comment says which), so the source scan stays the defence against those.
+
+Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
+and ``syscall`` as well, so the CPU backend rejects honest kernels built there (``benchmarks/results/
+sandbox_h200.md``; the source is not found: GCC 12 with torch 2.11's headers imports neither). The
+CPU machines this backend is for (GCC 12, torch 2.13) are not affected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+FORBIDDEN_LIBC = frozenset("""
+fopen fopen64 freopen fdopen open open64 openat openat64 creat creat64 unlink unlinkat rename renameat
+renameat2 opendir readlink readlinkat mmap mmap64 mremap mprotect madvise sigaction signal sigset bsd_signal
+syscall pthread_create dlopen dlmopen dlsym dlvsym fork vfork clone execve execv execvp execvpe execl execlp
+execle system popen posix_spawn posix_spawnp shm_open memfd_create socket connect ptrace process_vm_readv
+process_vm_writev prctl setrlimit
+""".split())
+# Imported by every honest CUDA extension built on the H200 image (static code linked into the .so; the
+# list is in benchmarks/results/sandbox_h200_run7/cuda_symbols.txt), so the CUDA backend cannot forbid them.
+HONEST_CUDA_IMPORTS = frozenset({"open", "syscall"})
+FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
+# The CUDA driver API's and runtime's streams, graphs (not graphics interop), host callbacks, contexts (green
+# ones too), entry-point lookups, L2 persistence and device limits: by prefix, so that the per-thread (``_ptsz``)
+# and versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is
+# an import. Of the runtime's (C, unmangled) names, honest builds import only the ``__cuda*`` registration and
+# launch functions and ``cudaGetLastError`` (read from an honest build's imports). The GPU
+# tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls, which this check rejects; its
+# dynamic-gate tests run with the check off (``kernel_inventory=False``). c10's stream pool
+# (``c10::cuda::getStreamFromPool``) cannot be judged here: every ``CUDAGuard`` or ``OptionalCUDAGuard`` imports
+# it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it. Linked
+# statically (``-cudart static`` in the flags), the runtime's calls are defined inside the library, not imported;
+# such a library is still rejected, for the libc functions the static runtime imports (``dlopen``,
+# ``pthread_create``), not for its streams.
+FORBIDDEN_DRIVER = re.compile(
+    r"^cu(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx"
+    r"|GetProcAddress|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
+FORBIDDEN_RUNTIME = re.compile(
+    r"^cuda(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|ExecutionCtx"
+    r"|GetDriverEntryPoint|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)")
+_ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
+# ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
+# ``<ATen/ops/clamp_min_cpu_dispatch.h>``), and its native implementations.
+_ATEN_BACKEND = re.compile(
+    r"^at::(cpu|cuda|meta|mps|xpu|compositeexplicitautograd\w*|compositeimplicitautograd\w*|quantized\w*"
+    r"|sparse\w*|mkldnn\w*|nestedtensor\w*)::(\w+)\(")
+_ATEN_NATIVE = re.compile(r"^at::native::(\w+)")
+# C++ threads (``std::thread`` starts its thread inside libstdc++, so ``pthread_create`` is not imported).
+FORBIDDEN_CPP = ("std::thread::_M_start_thread", "std::thread::detach", "std::jthread", "std::__future_base")
+# Background work in library thread pools: ATen's and c10's pools (``at::launch``, ``at::intraop_launch``,
+# ``c10::ThreadPool``), which run work after the call has returned, and the calls that change the pools' thread
+# counts. OpenMP tasks, target regions and thread-count settings (libgomp's and LLVM's), and C11 threads.
+# ``at::parallel_for`` and ``#pragma omp parallel for`` end before the call returns and import none of these.
+FORBIDDEN_POOLS = re.compile(
+    r"^(?:vtable for |typeinfo for |VTT for |construction vtable for )?"
+    r"(?:c10::(?:\w+::)*(?:Task)?ThreadPool\w*|at::PTThreadPool|at::(?:internal::)?(?:launch|intraop_launch\w*"
+    r"|launch_no_thread_state|set_num_threads|set_num_interop_threads|_?get_\w*pool\w*)\b)"
+    r"|^(?:omp_set_\w+|GOMP_task\w*|GOMP_target\w*|__kmpc_omp_task\w*|__kmpc_taskloop\w*|__kmpc_omp_target\w*"
+    r"|thrd_create)$")
+# Callbacks PyTorch runs inside the harness's own work: an allocator trace tracker or out-of-memory observer (called
+# on every allocation and free, the harness's included: a kernel launched from one runs after the timed window, and
+# can fingerprint the harness's buffers), memory history, profiler callbacks (on every operator),
+# thread-local debug info (memory reporting), allocator replacement.
+FORBIDDEN_HOOKS = re.compile(
+    r"(?:CachingAllocator\w*::(?:attach\w*|recordHistory|setAllocatorSettings|\w*[Tt]racker\w*)"
+    r"|AllocatorTraceTracker|OutOfMemoryObserver|ThreadLocalDebugInfo|DebugInfoGuard|MemoryReportingInfoBase"
+    r"|reportMemoryUsage|at::addGlobalCallback|at::addThreadLocalCallback|c10::SetAllocator|c10::SetCPUAllocator)")
+# Python's C API: an ALLOW-list. pybind11's binding code and torch's casters import these in every honest build
+# (CPU and CUDA link the same main.cpp bindings; a .cu unit that includes <torch/extension.h> imports a subset):
+# the exact names below were read with ``nm -D --undefined-only`` from honest load_inline builds (ReLU, Linear +
+# ReLU, and one with parallel_for, Vectorized and every common argument type: doubles, ints, bools, lists,
+# optionals, strings, scalars, dtypes, devices, tuples and vectors of tensors; torch 2.13, Python 3.11), plus the
+# same calls' spellings in other Python versions (3.12's raised-exception API, 3.13's thread-state and critical
+# sections). Besides, value conversions and containers of whole families (``PyLong_*``, ``PyTuple_*``, ...),
+# exception objects and type objects: an argument type or a Python version changes which of them are imported,
+# and none runs code. Everything else Py-prefixed is refused: running source (``PyRun_*``, ``Py_CompileString``,
+# ``PyEval_EvalCode``), imports (``PyImport_*``), frames and the interpreter's state (``PyEval_GetFrame``,
+# ``PyThreadState_GetFrame``, ``PySys_*``), and generic calls (``PyObject_Call*``, ``PyObject_Vectorcall*``).
+# Not proof against everything: pybind11's own error path imports ``PyEval_GetBuiltins``,
+# ``PyObject_GetAttrString`` and ``PyObject_CallFunctionObjArgs``, enough in principle to reach ``__import__``; the
+# static layer bans every Python C-API name and ``pybind11::`` object access in the source.
+PYTHON_ALLOWED = frozenset("""
+PyBaseObject_Type PyByteArray_AsString PyByteArray_Size PyByteArray_Type PyBytes_AsString PyBytes_AsStringAndSize
+PyBytes_Size PyCFunction_Type PyCMethod_New PyCapsule_GetContext PyCapsule_GetName PyCapsule_GetPointer
+PyCapsule_New PyCapsule_SetContext PyCapsule_SetDestructor PyDict_Contains PyDict_GetItemWithError PyDict_New
+PyDict_SetDefault PyDict_Type PyErr_Clear PyErr_Fetch PyErr_Format PyErr_NormalizeException PyErr_Occurred
+PyErr_Restore PyErr_SetObject PyErr_SetString PyErr_WarnEx PyErr_WriteUnraisable PyEval_AcquireThread
+PyEval_GetBuiltins PyEval_SaveThread PyEval_RestoreThread PyException_SetCause PyException_SetContext
+PyException_SetTraceback PyFloat_AsDouble PyFloat_Type PyFrame_GetBack PyFrame_GetCode PyFrame_GetLineNumber
+PyFrozenSet_Type PyGILState_Check PyGILState_Ensure PyGILState_GetThisThreadState PyGILState_Release PyGen_Type
+PyIndex_Check PyInstanceMethod_New PyInstanceMethod_Type PyInterpreterState_GetDict PyInterpreterState_Get
+PyIter_Next PyList_New PyList_Size PyLong_AsLong PyLong_FromSsize_t PyMem_Calloc PyMem_Free PyMem_Malloc
+PyModuleDef_Init PyModule_AddObject PyModule_AddObjectRef PyModule_NewObject PyModule_Type PyNumber_Add
+PyNumber_Check PyNumber_Float PyNumber_Long PyObject_CallFunctionObjArgs PyObject_ClearWeakRefs PyObject_Free
+PyObject_GC_UnTrack PyObject_GetAttrString PyObject_GetItem PyObject_GetIter PyObject_HasAttrString
+PyObject_IsInstance PyObject_Repr PyObject_SetAttrString PyObject_SetItem PyObject_Str PyProperty_Type
+PySequence_Check PySequence_Size PySequence_Tuple PySet_Type PyThreadState_Clear PyThreadState_DeleteCurrent
+PyThreadState_New PyThreadState_Get PyThreadState_GetUnchecked PyThread_tss_create PyThread_tss_delete
+PyThread_tss_get PyThread_tss_set PyTuple_New PyTuple_SetItem PyType_FromSpec PyType_IsSubtype PyType_Ready
+PyType_Type PyType_GetFlags PyUnicode_AsEncodedString PyUnicode_AsUTF8AndSize PyUnicode_AsUTF8String
+PyUnicode_Compare PyUnicode_DecodeUTF8 PyUnicode_FromString PyUnicode_InternFromString PyWeakref_NewRef
+Py_GetVersion Py_IsFinalizing Py_IncRef Py_DecRef PyErr_GetRaisedException PyErr_SetRaisedException
+PyMutex_Lock PyMutex_Unlock PyCriticalSection_Begin PyCriticalSection_End PyCriticalSection2_Begin
+PyCriticalSection2_End _PyObject_GetDictPtr _PyObject_New _PyThreadState_UncheckedGet _PyType_Lookup _Py_Dealloc
+_Py_IncRef _Py_DecRef _Py_IsFinalizing _Py_FalseStruct _Py_NoneStruct _Py_NotImplementedStruct _Py_TrueStruct
+_Py_EllipsisObject
+""".split())
+PYTHON_ALLOWED_FAMILIES = re.compile(
+    r"^(?:Py(?:Long|Float|Bool|Complex|Bytes|ByteArray|Unicode|Tuple|List|Set|FrozenSet|Slice|Index|Number|Sequence"
+    r"|Iter|Capsule|Mem|Exc|Exception|Weakref|GILState|Thread_tss|MemoryView|Buffer)_\w+|Py\w+_Type)$")
+_PYTHON = re.compile(r"^_?Py")
+
+
+def python_api_allowed(name: str) -> bool:
+    """Whether an imported Python C-API symbol is one an honest pybind11/torch extension imports.
+
+    >>> python_api_allowed("PyTuple_New"), python_api_allowed("PyLong_AsLongLong"), python_api_allowed("PyRun_SimpleStringFlags")
+    (True, True, False)
+    >>> python_api_allowed("PyImport_ImportModule"), python_api_allowed("PyEval_GetFrame"), python_api_allowed("PyObject_Call")
+    (False, False, False)
+    """
+    return name in PYTHON_ALLOWED or bool(PYTHON_ALLOWED_FAMILIES.match(name))
+
+
+_ALLOWED_STRUCTS: frozenset[str] | None = None
+
+
+def aten_op_allowed(struct: str) -> bool:
+    """Whether ``at::_ops::<struct>`` is an allowed op: struct names are ``op`` or ``op_<overload>``, matched
+    exactly against the dispatcher's registered (op, overload) pairs of the allow-list (a prefix match let
+    ``unfold_backward`` through as if it were ``unfold``).
+
+    >>> aten_op_allowed("empty_memory_format"), aten_op_allowed("copy_"), aten_op_allowed("addmm")
+    (True, True, False)
+    >>> aten_op_allowed("relu_"), aten_op_allowed("unfold"), aten_op_allowed("unfold_backward")
+    (False, True, False)
+    """
+    global _ALLOWED_STRUCTS
+    if _ALLOWED_STRUCTS is None:
+        import torch
+
+        from kevin.sandbox.worker.inventory import ALLOWED  # imports torch: only when there is a symbol to judge
+
+        structs = set()
+        for full in torch._C._dispatch_get_all_op_names():
+            ns, _, rest = full.partition("::")
+            op, _, overload = rest.partition(".")
+            if ns == "aten" and op in ALLOWED and overload != "out":
+                structs.add(f"{op}_{overload}" if overload else op)
+        _ALLOWED_STRUCTS = frozenset(structs)
+    return struct in _ALLOWED_STRUCTS
+
+
+_OP_NAMES: frozenset[str] | None = None
+
+
+def is_aten_op(name: str) -> bool:
+    """Whether ``name`` (of a per-backend ATen function such as ``at::cpu::add_out``) names an ATen operator:
+    its base name, or with ``_out``/``_outf``/``_symint`` dropped, is registered as ``aten::<name>``.
+
+    >>> is_aten_op("clamp_min"), is_aten_op("addmm_out"), is_aten_op("getCurrentDeviceProperties")
+    (True, True, False)
+    """
+    global _OP_NAMES
+    if _OP_NAMES is None:
+        import torch
+
+        _OP_NAMES = frozenset(full.partition("::")[2].partition(".")[0] for full in torch._C._dispatch_get_all_op_names()
+                              if full.startswith("aten::"))
+    base = re.sub(r"(_symint)?(_outf?)?$", "", name)
+    return name in _OP_NAMES or base in _OP_NAMES
+
+
+def _allocation(name: str) -> bool:
+    """Whether a per-backend function is one of the runtime inventory's allowed ops (``at::cuda::empty``...)."""
+    from kevin.sandbox.worker.inventory import ALLOWED
+
+    return re.sub(r"(_symint)?(_outf?)?$", "", name) in ALLOWED
+
+
+def mapped_extensions(pid: int, ext_root: str) -> list[str]:
+    """Shared libraries under ``ext_root`` that process ``pid`` has mapped (empty if /proc is unreadable)."""
+    root = os.path.realpath(ext_root) + os.sep
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.endswith(".so") and os.path.realpath(p).startswith(root))
+
+
+def undefined_symbols(path: str) -> list[str] | None:
+    """Demangled undefined dynamic symbols of one library (None when ``nm`` is missing or fails)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    try:
+        out = subprocess.run([nm, "-D", "--undefined-only", "--demangle", path], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.split(None, 1)[1].split("@")[0].strip() for line in out.splitlines() if len(line.split(None, 1)) == 2]
+
+
+def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
+    """(messages, checked): what the libraries import that a kernel may not; checked is False without nm."""
+    out: list[str] = []
+    checked = True
+    forbidden = FORBIDDEN_LIBC if backend == "cpu" else FORBIDDEN_LIBC_CUDA
+    for path in paths:
+        symbols = undefined_symbols(path)
+        if symbols is None:
+            checked = False
+            continue
+        name = os.path.basename(path)
+        for s in symbols:
+            m = _ATEN.search(s)
+            if m and not aten_op_allowed(m.group(1)):
+                out.append(f"the built extension {name} calls the PyTorch operator aten.{m.group(1)} "
+                           "(ATen compute is not allowed; write it in your kernel)")
+            m = _ATEN_BACKEND.match(s)
+            if (m and is_aten_op(m.group(2)) and not _allocation(m.group(2))) or _ATEN_NATIVE.match(s):
+                op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
+                out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
+                           "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
+            if FORBIDDEN_HOOKS.search(s):
+                out.append(f"the built extension {name} imports {s.split('(')[0]} (callbacks inside PyTorch's "
+                           "allocator, profiler or debug info run during the sandbox's own work: not allowed)")
+            if s.startswith(FORBIDDEN_CPP) or FORBIDDEN_POOLS.match(s):
+                out.append(f"the built extension {name} imports {s.split('(')[0]} (threads and background work in "
+                           "thread pools are not allowed)")
+            bare = s.split("(")[0]
+            if _PYTHON.match(bare) and not python_api_allowed(bare):
+                out.append(f"the built extension {name} imports {bare} from Python's C API (only what pybind11's "
+                           "bindings use is allowed: no running code, imports, frames or interpreter state)")
+            if bare in forbidden:
+                out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
+                           "and system calls are not allowed)")
+            if FORBIDDEN_DRIVER.match(bare) or FORBIDDEN_RUNTIME.match(bare):
+                source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "the CUDA runtime"
+                out.append(f"the built extension {name} imports {bare} from {source} (extra streams, host callbacks, "
+                           "contexts, graphs, L2 persistence and device limits, stack and heap sizes included, are "
+                           "not allowed; launch on at::cuda::getCurrentCUDAStream())")
+    return sorted(set(out)), checked

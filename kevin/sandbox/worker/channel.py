@@ -1,0 +1,124 @@
+"""Worker-side plumbing shared by the golden, compile and candidate processes. Standard library only.
+
+A worker is started as ``python -m kevin.sandbox._<kind> JOB_JSON REPORT_FD COMMAND_FD``. It reports to
+the parent as JSON lines on the inherited pipe ``REPORT_FD`` (never on stdout, which is only logged) and
+reads one-word commands from ``COMMAND_FD``. The parent timestamps every line when it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+from typing import Any
+
+
+class Channel:
+    """The private report pipe (worker -> parent) and command pipe (parent -> worker)."""
+
+    def __init__(self, report_fd: int, command_fd: int | None = None, data_fd: int | None = None):
+        self.report_fd = report_fd
+        self.data_fd = data_fd
+        self.command = os.fdopen(command_fd, "rb", buffering=0) if command_fd is not None and command_fd >= 0 else None
+
+    def send(self, event: str, **fields: Any) -> None:
+        line = (json.dumps({"event": event, **fields}, default=str) + "\n").encode()
+        view = memoryview(line)
+        while view:
+            n = os.write(self.report_fd, view)
+            view = view[n:]
+
+    def send_bytes(self, event: str, payload: bytes, **fields: Any) -> None:
+        """A header line ``{event, nbytes, ...}`` on the report pipe, then ``payload`` on the data pipe."""
+        if self.data_fd is None:
+            raise RuntimeError("this worker has no data pipe")
+        self.send(event, nbytes=len(payload), **fields)
+        view = memoryview(payload)
+        while view:
+            n = os.write(self.data_fd, view[: 1 << 24])
+            view = view[n:]
+
+    def receive(self) -> str:
+        """Block until the parent sends a command line; '' when the parent closed the pipe."""
+        if self.command is None:
+            return ""
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = self.command.read(1)
+            if not chunk:
+                break
+            buf += chunk
+        return buf.decode().strip()
+
+
+def apply_limits(memory_bytes: int | None) -> None:
+    """No core dumps; cap the address space (CPU backend only: CUDA reserves huge virtual ranges)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_bytes:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def parse_argv(argv: list[str]) -> tuple[dict[str, Any], Channel]:
+    job_path, report_fd, command_fd = argv[1], int(argv[2]), int(argv[3])
+    data_fd = int(argv[4]) if len(argv) > 4 else None
+    with open(job_path) as f:
+        job = json.load(f)
+    return job, Channel(report_fd, command_fd, data_fd)
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _own_frame(frame: traceback.FrameSummary) -> bool:
+    """A frame of this package or of Python's import machinery: noise in the candidate's feedback."""
+    name = frame.filename or ""
+    return name.startswith(_PACKAGE) or name.startswith("<frozen importlib")
+
+
+def error_text(exc: BaseException, limit: int = 4000) -> str:
+    """The exception with its traceback, the last ``limit`` characters (the useful end), without the sandbox's own
+    frames and with paths scrubbed (`feedback.scrub_paths`): the text becomes the model's feedback."""
+    try:
+        top = traceback.TracebackException.from_exception(exc)
+        seen: set[int] = set()
+        todo = [top]
+        while todo:
+            te = todo.pop()
+            if id(te) in seen:
+                continue
+            seen.add(id(te))
+            te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _own_frame(f)])
+            todo.extend(x for x in (te.__cause__, te.__context__) if x is not None)
+            todo.extend(getattr(te, "exceptions", None) or [])
+        text = "".join(top.format())
+    except Exception:  # noqa: BLE001 - an exception that cannot be formatted so: the plain traceback
+        try:
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        except Exception:  # noqa: BLE001 - e.g. a __str__ that raises
+            text = f"{type(exc).__name__} (its message could not be formatted)"
+    try:
+        from kevin.sandbox.feedback import scrub_paths
+
+        text = scrub_paths(text)
+    except Exception:  # noqa: BLE001 - the parent scrubs again
+        pass
+    return text[-limit:]
+
+
+def run_main(main: Any) -> None:
+    """Run ``main(job, channel)``; report an uncaught exception as an ``error`` event; exit 0."""
+    job, channel = parse_argv(sys.argv)
+    try:
+        main(job, channel)
+    except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report
+        try:
+            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc, 20000))
+        except OSError:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,258 @@
+"""kevin.sandbox.build.extension: what the content-addressed load_inline compiles."""
+
+from kevin.sandbox.build.extension import drop_extension_header
+
+NOTE = "// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)"
+
+
+def test_cuda_source_is_compiled_without_torch_extension_header():
+    src = '#include <torch/extension.h>\n#include <cuda_runtime.h>\n__global__ void k() {}'
+    assert drop_extension_header(src) == f"{NOTE}\n#include <cuda_runtime.h>\n__global__ void k() {{}}"
+
+
+def test_quoted_and_indented_spellings_are_dropped_in_every_source_of_a_list():
+    out = drop_extension_header(['  # include "torch/extension.h"', "#include <torch/extension.h> // x"])
+    assert out == [NOTE, NOTE]
+
+
+def test_other_headers_and_non_string_sources_are_kept():
+    assert drop_extension_header("#include <torch/extension.hpp>") == "#include <torch/extension.hpp>"
+    assert drop_extension_header(None) is None
+
+
+# ---- the light prelude for CUDA units (`light_arguments`, `install`)
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+from kevin.sandbox.build import extension as _extension  # noqa: E402
+from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE, light_arguments  # noqa: E402
+
+KERNEL = "__global__ void k(float* x) { x[0] = 1.0f; }\ntorch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }"
+DECL = "torch::Tensor f(torch::Tensor x);"
+
+
+def _bound(**kw):
+    """load_inline's arguments as the installed wrapper sees them (bound, defaults applied)."""
+    import inspect
+
+    from torch.utils import cpp_extension as ce
+
+    given = {"name": "ext", "cpp_sources": DECL, "cuda_sources": KERNEL, "functions": ["f"], **kw}
+    bound = inspect.signature(ce.load_inline).bind(**given)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _written_sources(monkeypatch, tmp_path, arguments):
+    """The main.cpp and cuda.cu that torch's own load_inline writes for ``arguments`` (its compile step stubbed)."""
+    from torch.utils import cpp_extension as ce
+
+    monkeypatch.setattr(ce, "_jit_compile", lambda *a, **k: None)
+    build = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
+    build.mkdir()
+    ce.load_inline(**{**arguments, "build_directory": str(build)})
+    return (build / "main.cpp").read_text(), (build / "cuda.cu").read_text()
+
+
+def test_light_prelude_leaves_main_cpp_byte_for_byte_as_load_inline_writes_it(monkeypatch, tmp_path):
+    # main.cpp's bytes key its precompiled header and the object cache: they must not change
+    plain = _bound()
+    main_plain, cuda_plain = _written_sources(monkeypatch, tmp_path, plain)
+    main_light, cuda_light = _written_sources(monkeypatch, tmp_path, light_arguments(plain))
+    assert main_light == main_plain
+    assert cuda_plain.startswith("#include <torch/types.h>\n")
+    assert cuda_light == "\n".join([LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", KERNEL])
+
+
+@pytest.mark.parametrize("include", ["#include <torch/types.h>", '#include "torch/all.h"', "#include <ATen/ATen.h>",
+                                     "  #  include <torch/csrc/api/include/torch/types.h>"])
+def test_a_source_that_includes_torch_umbrella_headers_keeps_the_full_prelude(include):
+    # the light prelude's torch::kFloat32 ... would clash with torch/types.h's; and such a source pays for them anyway
+    assert light_arguments(_bound(cuda_sources=include + "\n" + KERNEL)) is None
+
+
+def test_no_light_prelude_without_cuda_sources_or_with_no_implicit_headers():
+    assert light_arguments(_bound(cuda_sources=None)) is None
+    assert light_arguments(_bound(no_implicit_headers=True)) is None
+
+
+class _FakeBuild:
+    """Stands in for torch's load_inline: fails a build whose CUDA unit starts with the light prelude when told to."""
+
+    def __init__(self, light_fails: bool, error: str = "Error building extension 'ext': nvcc failed"):
+        self.light_fails, self.error, self.calls = light_fails, error, []
+
+    def __call__(self, **arguments):
+        light = arguments["cuda_sources"][0] == LIGHT_PRELUDE
+        self.calls.append(("light" if light else "full", arguments["build_directory"]))
+        if light and self.light_fails:
+            raise RuntimeError(self.error)
+        return "module"
+
+
+def _install(monkeypatch, tmp_path, fake, light=True):
+    """`install` over ``fake`` (given load_inline's signature); returns the installed wrapper."""
+    import functools
+
+    from torch.utils import cpp_extension as ce
+
+    monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(lambda **arguments: fake(**arguments)))
+    _extension.install(str(tmp_path / "ext"), "cuda", light=light)
+    return ce.load_inline
+
+
+def test_a_cuda_build_tries_the_light_prelude_first(monkeypatch, tmp_path):
+    fake = _FakeBuild(light_fails=False)
+    load = _install(monkeypatch, tmp_path, fake)
+    assert load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "module"
+    assert [kind for kind, _ in fake.calls] == ["light"]
+
+
+def test_a_source_the_light_prelude_cannot_compile_is_built_with_the_full_one_and_remembered(monkeypatch, tmp_path):
+    fake = _FakeBuild(light_fails=True)
+    load = _install(monkeypatch, tmp_path, fake)
+    assert load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "module"
+    assert [kind for kind, _ in fake.calls] == ["light", "full"]
+    light_dir, full_dir = fake.calls[0][1], fake.calls[1][1]
+    assert light_dir != full_dir and os.path.exists(os.path.join(light_dir, LIGHT_FAILED))
+    # the same source again: straight to the full prelude (no second failing build)
+    load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"])
+    assert [kind for kind, _ in fake.calls] == ["light", "full", "full"]
+
+
+def test_an_error_after_the_light_library_was_built_is_raised_not_retried(monkeypatch, tmp_path):
+    # e.g. the import of a library that did build: the source's own error, not the prelude's
+    class BuiltThenFails(_FakeBuild):
+        def __call__(self, **arguments):
+            self.calls.append(("light", arguments["build_directory"]))
+            open(os.path.join(arguments["build_directory"], "ext.so"), "w").close()
+            raise ImportError("ext.so: undefined symbol: _Z3fooPf")
+
+    fake = BuiltThenFails(light_fails=True)
+    load = _install(monkeypatch, tmp_path, fake)
+    with pytest.raises(ImportError, match="undefined symbol"):
+        load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"])
+    assert [kind for kind, _ in fake.calls] == ["light"]
+
+
+def _stub_torch_build(monkeypatch, log, light_fails=True):
+    """torch's own load_inline and version bookkeeping, with ninja and the import stubbed: a build whose CUDA unit
+    starts with the light prelude fails when told to; others 'build' ``<name>.so``; the import needs that file."""
+    from torch.utils import cpp_extension as ce
+
+    def fake_build(name, sources, build_directory, **kwargs):
+        light = open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        log.append(("light" if light else "full", name))
+        if light and light_fails:
+            raise RuntimeError(f"Error building extension '{name}': identifier \"undeclared\" is undefined")
+        open(os.path.join(build_directory, name + ".so"), "w").close()
+
+    def fake_import(name, build_directory, is_python_module):
+        if not os.path.exists(os.path.join(build_directory, name + ".so")):
+            raise ImportError(f"{name}.so: cannot open shared object file: No such file or directory")
+        return name
+
+    monkeypatch.setattr(ce, "_write_ninja_file_and_build_library", fake_build)
+    monkeypatch.setattr(ce, "_import_module_from_library", fake_import)
+    monkeypatch.setattr(ce.JIT_EXTENSION_VERSIONER, "entries", {})
+    monkeypatch.setattr(ce, "load_inline", ce.load_inline)  # restored after the test (install replaces it)
+    return ce
+
+
+def test_the_full_build_after_a_failed_light_one_keeps_the_extension_name(monkeypatch, tmp_path):
+    # torch counts builds per name in a process: the retry must not become "ext_v1", or a later evaluation of the
+    # same source (a new process, so "ext") would rebuild its whole full-prelude library
+    log = []
+    ce = _stub_torch_build(monkeypatch, log)
+    _extension.install(str(tmp_path / "ext"), "cuda")
+    assert ce.load_inline(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "ext"
+    assert log == [("light", "ext"), ("full", "ext")]
+
+
+def test_a_light_attempt_that_finds_no_library_falls_back_to_the_full_prelude(monkeypatch, tmp_path):
+    # a twin candidate held the light build's lock and failed: this process waited, then found no library
+    log = []
+    ce = _stub_torch_build(monkeypatch, log)
+    monkeypatch.setattr(ce, "_write_ninja_file_and_build_library", lambda name, sources, build_directory, **kw: (
+        log.append(("waited", name)) if open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        else open(os.path.join(build_directory, name + ".so"), "w").close()))
+    _extension.install(str(tmp_path / "ext"), "cuda")
+    assert ce.load_inline(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "ext"
+    assert log == [("waited", "ext")]  # then the full build, which loaded
+    assert not list((tmp_path / "ext").glob(f"*/{LIGHT_FAILED}"))  # it did not fail here: no marker
+
+
+def test_the_marker_is_never_written_through_a_planted_link(monkeypatch, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's file")
+    light_dir = tmp_path / "light"
+    light_dir.mkdir()
+    os.symlink(victim, light_dir / LIGHT_FAILED)
+    _extension._mark_light_failed(str(light_dir))
+    assert victim.read_text() == "someone else's file"
+
+
+def test_a_source_that_asks_for_gradients_keeps_the_full_prelude():
+    # at::empty rejects TensorOptions with requires_grad(true); the full prelude's torch::empty accepts them
+    assert light_arguments(_bound(cuda_sources=KERNEL + "\nauto t = torch::empty({2}, o.requires_grad(true));")) is None
+
+
+def test_light_prelude_off_builds_with_the_full_prelude_only(monkeypatch, tmp_path):
+    fake = _FakeBuild(light_fails=False)
+    load = _install(monkeypatch, tmp_path, fake, light=False)
+    load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"])
+    assert [kind for kind, _ in fake.calls] == ["full"]
+
+
+HOST_API = r"""
+__global__ void scale(const float* x, float* y, float a, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+torch::Tensor f(torch::Tensor x, torch::Tensor w) {
+    TORCH_CHECK(x.is_cuda() && x.dtype() == torch::kFloat32 && x.scalar_type() == at::ScalarType::Float, "x");
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    auto z = torch::zeros({x.size(0), x.size(1)}, x.options());
+    auto o = torch::empty({4, 5}, torch::TensorOptions().dtype(torch::kFloat).device(x.device()));
+    auto o2 = torch::empty({4}, torch::dtype(torch::kFloat32).device(torch::kCUDA, 0));
+    auto o3 = at::empty_strided({2, 2}, {2, 1}, x.options().dtype(at::kHalf));
+    auto o4 = torch::full({3}, 1.5f, x.options());
+    auto v = xc.view({-1}).reshape({x.numel()}).transpose(0, 0).narrow(0, 0, 1).unsqueeze(0).squeeze(0);
+    c10::Half h = 1.0f; at::BFloat16 b = 2.0f; torch::Half h2 = h;
+    c10::optional<torch::Tensor> maybe = torch::nullopt;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "f", [&] {
+        (void)xc.data_ptr<scalar_t>(); });
+    const int64_t n = xc.numel();
+    scale<<<(n + 255) / 256, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        xc.data_ptr<float>(), y.data_ptr<float>(), 2.0f, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    (void)z; (void)o; (void)o2; (void)o3; (void)o4; (void)v; (void)b; (void)h2; (void)maybe; (void)w;
+    return y;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(tmp_path):
+    # nvcc -c of the CUDA unit as load_inline writes it with the light prelude: the tensor methods, factories,
+    # options, dtypes, dispatch macros and checks that kernels' host wrappers use (about 30 s on a 2-core machine)
+    from torch.utils import cpp_extension as ce
+
+    stub = tmp_path / "stub"  # the CPU wheel ships c10/cuda headers without the CMake-generated one they include
+    (stub / "c10/cuda/impl").mkdir(parents=True)
+    (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n")
+    src = tmp_path / "cuda.cu"
+    src.write_text("\n".join([LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>",
+                              "#include <c10/cuda/CUDAStream.h>", "#include <c10/cuda/CUDAException.h>", HOST_API]))
+    includes = [f"-I{stub}"] + [f"-I{p}" for p in ce.include_paths()]
+    cmd = ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
+           "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+           *includes, str(src), "-o", str(tmp_path / "cuda.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "cuda.o").stat().st_size > 0

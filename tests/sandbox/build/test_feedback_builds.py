@@ -1,0 +1,171 @@
+"""Compile-error feedback from real g++ and nvcc failures, through the sandbox's own build path.
+
+Each broken program is imported in a fresh process as the candidate worker imports it (`_extension.install`,
+`import_candidate`, the worker's `error_text`); both build at once (about a minute on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kevin.sandbox import feedback
+from kevin.sandbox.build import extension as _extension
+from test_feedback import assert_path_free
+
+CPP_PROGRAM = '''import torch
+from torch.utils.cpp_extension import load_inline
+
+cpp_src = """
+#include <torch/extension.h>
+
+torch::Tensor scale(torch::Tensor x) {
+    auto y = x.contiguous();
+    return undeclared_thing * y;
+}
+"""
+
+ext = load_inline(name="kevin_fb_cpp", cpp_sources=cpp_src, functions=["scale"], verbose=True)
+'''
+
+CUDA_PROGRAM = '''import torch
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = """
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = factor * x[i];
+}
+
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    scale_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+
+ext = load_inline(name="kevin_fb_cuda", cpp_sources="torch::Tensor scale(torch::Tensor x);", cuda_sources=cuda_src,
+                  functions=["scale"])
+'''
+
+DRIVER = """
+import json, os, sys
+from kevin.sandbox.build import extension as _extension
+from kevin.sandbox.worker import channel as _worker
+backend, program, ext_root = sys.argv[1:4]
+if backend == "cuda":
+    import torch.utils.cpp_extension as ce
+    ce.CUDA_HOME = ce.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU-only torch looks for no toolkit itself
+_extension.install(ext_root, backend, light=False)
+try:
+    _extension.import_candidate(program)
+    print(json.dumps(None))
+except BaseException as exc:
+    print(json.dumps(_worker.error_text(exc, 20000)))
+"""
+
+
+def _cuda_home() -> str | None:
+    nvcc = shutil.which("nvcc")
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", nvcc and os.path.dirname(os.path.dirname(nvcc))):
+        if home and os.path.exists(os.path.join(home, "include", "cuda_runtime.h")):
+            return home
+    return None
+
+
+@pytest.fixture(scope="module")
+def build_errors(tmp_path_factory) -> dict[str, str | None]:
+    """The worker's ``error`` message for each broken program ('cpp', 'cuda'; None where it could not run)."""
+    root = tmp_path_factory.mktemp("feedback-builds")
+    home = _cuda_home()
+    jobs = {"cpp": ("cpu", CPP_PROGRAM)}
+    if home is not None:
+        jobs["cuda"] = ("cuda", CUDA_PROGRAM)
+    procs = {}
+    for key, (backend, program) in jobs.items():
+        scratch = root / f"kevin-run-{key}x1"
+        scratch.mkdir()
+        (scratch / "candidate.py").write_text(program)
+        env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "1", "CUDA_HOME": home or ""}
+        procs[key] = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, backend, str(scratch / "candidate.py"), str(root / "cache" / "ext")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out: dict[str, str | None] = {"cuda": None}
+    for key, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-3000:]
+        out[key] = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
+@pytest.mark.slow
+def test_a_gcc_error_maps_to_the_candidates_cpp_sources_line(build_errors):
+    # verbose=True in the program: torch would print the compiler's output instead of raising it
+    message = build_errors["cpp"]
+    assert message is not None
+    msg = feedback.compile_error_feedback(message, CPP_PROGRAM)
+    lines = msg.splitlines()
+    assert lines[0] == "Compilation failed. The first errors:"
+    assert lines[1].startswith("cpp_sources line 6 (your program line 9): error: ")
+    assert "undeclared_thing" in lines[1]
+    assert lines[2] == "    return undeclared_thing * y;"
+    assert_path_free(msg)
+
+
+@pytest.mark.slow
+def test_an_nvcc_error_maps_to_the_candidates_cuda_sources_line(build_errors):
+    message = build_errors["cuda"]
+    if message is None:
+        pytest.skip("needs nvcc and a CUDA toolkit")
+    msg = feedback.compile_error_feedback(message, CUDA_PROGRAM)
+    lines = msg.splitlines()
+    assert lines[1] == 'cuda_sources line 4 (your program line 7): error: identifier "factor" is undefined', msg
+    assert lines[2].strip() == "if (i < n) y[i] = factor * x[i];"
+    assert_path_free(msg)
+
+
+@pytest.mark.slow
+def test_the_workers_build_error_message_is_the_compilers_output_without_the_build_directory(build_errors):
+    message = build_errors["cpp"]
+    assert message is not None
+    assert "_extension.BuildError: Error building extension 'kevin_fb_cpp':\n" in message
+    assert "main.cpp:7:12: error: " in message  # after load_inline's <torch/extension.h> line
+    assert "FAILED:" not in message and "-isystem" not in message and "ninja:" not in message
+    assert_path_free(message)
+
+
+# ---------------------------------------------------------------- the build error itself (torch's build stubbed)
+
+
+def test_a_failed_build_raises_the_cleaned_compiler_output(monkeypatch, tmp_path):
+    import functools
+
+    from torch.utils import cpp_extension as ce
+
+    seen = {}
+
+    def fake(**arguments):
+        seen.update(arguments)
+        d = arguments["build_directory"]
+        raise RuntimeError(f"Error building extension 'ext': [1/2] c++ -c {d}/main.cpp -o main.o\nFAILED: main.o \n"
+                           f"c++ -c {d}/main.cpp -o main.o\n{d}/main.cpp:3:1: error: 'x' does not name a type\n"
+                           "    3 | x y;\n      | ^\nninja: build stopped: subcommand failed.\n")
+
+    monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(fake))
+    _extension.install(str(tmp_path / "ext"), "cpu")
+    with pytest.raises(_extension.BuildError) as caught:
+        ce.load_inline(name="ext", cpp_sources="x y;", functions=["f"], verbose=True)
+    assert seen["verbose"] is False  # torch captures the output only when not verbose
+    assert str(caught.value) == "Error building extension 'ext':\nmain.cpp:3:1: error: 'x' does not name a type\n" \
+                                "    3 | x y;\n      | ^"
+    assert caught.value.__suppress_context__  # no chained CalledProcessError traceback
+
+
+def test_a_long_build_log_keeps_its_head_where_the_first_errors_are():
+    log = _extension.clean_build_log("main.cpp:1:1: error: first\n" + "note: more\n" * 5000, "/b", limit=500)
+    assert log.startswith("main.cpp:1:1: error: first") and len(log) < 600
