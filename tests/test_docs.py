@@ -1,7 +1,10 @@
-"""The examples in the public docstrings run and give what they show."""
+"""The docs are true: the examples in the public docstrings run and give what they show, the paths the Markdown
+names exist, and no file cites notes outside the repository or tells the history of the work."""
 
 import doctest
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +47,6 @@ def test_docstring_examples_run(name):
 # ---------------------------------------------------------------------------------------------------------------
 # The prose: every path it names exists, it cites nothing outside the repository, and it tells no history.
 
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 THIS_FILE = Path(__file__).resolve()  # holds the patterns below, so it is never scanned for them
 
@@ -76,9 +76,7 @@ def _line_of(text: str, offset: int) -> int:
 
 def _code_spans(text: str) -> list[tuple[int, str]]:
     """(offset, content) of every fenced block and inline code span of a Markdown text."""
-    spans, rest = [], text
-    for m in _FENCED.finditer(text):
-        spans.append((m.start(2), m.group(2)))
+    spans = [(m.start(2), m.group(2)) for m in _FENCED.finditer(text)]
     rest = _FENCED.sub(lambda m: " " * len(m.group(0)), text)  # same offsets, fences blanked
     spans += [(m.start(2), m.group(2)) for m in _INLINE.finditer(rest)]
     return spans
@@ -151,11 +149,11 @@ OUTSIDE_NOTES = [re.escape(s) for s in ("../shared", "shared/reference", "kevin-
 OUTSIDE_NOTES.append(r"(?<![\w/-])DESIGN\.md")  # upper case: the team's note, not docs/design.md
 
 # The history of the work (numbered measurement runs, work stops and sessions, the scripts of device calls) lives
-# in benchmarks/LOG.md only. "per run", "dry run", "runs 20 steps" and "run 2 processes" are not history.
-_COUNTED = r"(?!\s*(?:steps?|turns?|times|processes|tasks|trajectories|seeds|epochs|iterations|workers|GPUs?|threads|" \
-           r"candidates|kernels|samples|calls|tokens|rows|layers|[x×%]))"
+# in benchmarks/LOG.md only; "per run", "dry run" and "it runs 20 steps" are not history.
+_COUNTED = (r"(?!\s*(?:steps?|turns?|times|processes|tasks|trajectories|seeds|epochs|iterations|workers|GPUs?|"
+            r"threads|candidates|kernels|samples|calls|tokens|rows|layers|[x×%]))")  # "run 2 processes" is no history
 HISTORY = [
-    r"\b[Rr]un \d+\b" + _COUNTED,  # "run 30", "Run 29 (the earlier rule)"
+    r"\b[Rr]un \d+\b(?![.,]\d)" + _COUNTED,  # "run 30", "Run 29 (the earlier rule)"; not "the run 16.29 s"
     r"\bruns \d+\s*(?:-|–|,|and)\s*\d+",  # "runs 25-29", "runs 1 and 2", "runs 14 and 16"
     r"\b[Ss]tops? \d+\b" + _COUNTED,  # "stop 13", "stop 15's code"
     r"gpu_call_",  # the device-call scripts
