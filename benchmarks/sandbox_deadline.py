@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "sandbox"))
 
 from sandbox_cases import RELU_SOURCE, load_candidate  # noqa: E402

@@ -101,8 +101,10 @@ FORBIDDEN_HOOKS = re.compile(
 # and none runs code. Everything else Py-prefixed is refused: running source (``PyRun_*``, ``Py_CompileString``,
 # ``PyEval_EvalCode``), imports (``PyImport_*``), frames and the interpreter's state (``PyEval_GetFrame``,
 # ``PyThreadState_GetFrame``, ``PySys_*``), and generic calls (``PyObject_Call*``, ``PyObject_Vectorcall*``).
+# The last line's names are imported by every honest CUDA build on the H200 image (torch 2.11, Python 3.12; its
+# pybind11 binds ``__dict__`` and calls through ``PyObject_CallObject``).
 # Not proof against everything: pybind11's own error path imports ``PyEval_GetBuiltins``,
-# ``PyObject_GetAttrString`` and ``PyObject_CallFunctionObjArgs``, enough in principle to reach ``__import__``; the
+# ``PyObject_GetAttrString``, ``PyObject_CallFunctionObjArgs`` and ``PyObject_CallObject``, enough in principle to reach ``__import__``; the
 # static layer bans every Python C-API name and ``pybind11::`` object access in the source.
 PYTHON_ALLOWED = frozenset("""
 PyBaseObject_Type PyByteArray_AsString PyByteArray_Size PyByteArray_Type PyBytes_AsString PyBytes_AsStringAndSize
@@ -129,6 +131,8 @@ PyMutex_Lock PyMutex_Unlock PyCriticalSection_Begin PyCriticalSection_End PyCrit
 PyCriticalSection2_End _PyObject_GetDictPtr _PyObject_New _PyThreadState_UncheckedGet _PyType_Lookup _Py_Dealloc
 _Py_IncRef _Py_DecRef _Py_IsFinalizing _Py_FalseStruct _Py_NoneStruct _Py_NotImplementedStruct _Py_TrueStruct
 _Py_EllipsisObject
+PyDict_Copy PyDict_DelItemString PyDict_Next PyDict_Size PyObject_CallObject PyObject_GenericGetDict
+PyObject_GenericSetDict
 """.split())
 PYTHON_ALLOWED_FAMILIES = re.compile(
     r"^(?:Py(?:Long|Float|Bool|Complex|Bytes|ByteArray|Unicode|Tuple|List|Set|FrozenSet|Slice|Index|Number|Sequence"
