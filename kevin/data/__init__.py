@@ -1,5 +1,5 @@
-"""Tasks, loaders, the built-in suite, the task synthesizer, prompts, the response parser and the
-batch sampler.
+"""Tasks, loaders, the built-in suite, the program writer and the task synthesizer, prompts, the
+response parser and the batch sampler.
 
     from kevin.data import Task, load_tasks, builtin_tasks, parse_response, build_messages
 

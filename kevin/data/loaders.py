@@ -4,7 +4,10 @@
 
 - a KernelBench checkout (the repository root holding ``KernelBench/level1/...``), a folder holding
   ``level1/``, ``level2/``, ..., or one ``levelN`` folder: ``level1/1_Square_matrix_multiplication_.py``
-  becomes ``Task("kb-L1-1", level=1, name="Square_matrix_multiplication_")``;
+  becomes ``Task("kb-L1-1", level=1, name="Square_matrix_multiplication_")``. A ``manifest.json``
+  beside the level folders maps each task file (``"level1/1_ReLU.py"``) to the ``task_id``, ``sizes``
+  and ``metadata`` that replace the KernelBench defaults (level and name still come from the path);
+  with one, every task file must be listed and every listed file present (the built-in suite);
 - a ``.jsonl`` file of ``Task.to_dict()`` rows (what ``save_tasks`` writes);
 - a ``datasets`` dataset: an in-memory ``Dataset`` / ``DatasetDict``, a folder written by
   ``save_to_disk``, or a hub id such as ``"ScalingIntelligence/KernelBench"`` (one split per level,
@@ -95,8 +98,32 @@ def _level_dirs(root: Path) -> list[tuple[int, Path]]:
     return []
 
 
+MANIFEST = "manifest.json"
+_MANIFEST_KEYS = frozenset({"task_id", "sizes", "metadata"})
+
+
+def _read_manifest(root: Path) -> dict[str, dict[str, Any]] | None:
+    """The ``manifest.json`` of ``root`` (module docstring), or None when it has none: it keeps our
+    own ids, CPU sizes and splits beside plain KernelBench files."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        entries = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON: {e.msg}") from e
+    if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+        raise ValueError(f"{path}: expected an object mapping task files to objects")
+    for file, entry in entries.items():
+        unknown = set(entry) - _MANIFEST_KEYS
+        if unknown:
+            raise ValueError(f"{path}: {file}: unknown keys {sorted(unknown)}; expected some of {sorted(_MANIFEST_KEYS)}")
+    return entries
+
+
 def _load_kernelbench_dir(root: Path) -> list[Task]:
-    tasks = []
+    manifest = _read_manifest(root)
+    tasks, listed = [], set()
     for level, folder in _level_dirs(root):
         files = []
         for path in folder.glob("*.py"):
@@ -104,7 +131,16 @@ def _load_kernelbench_dir(root: Path) -> list[Task]:
             if m:
                 files.append((int(m.group(1)), m.group(2), path))
         for problem_id, name, path in sorted(files):
-            tasks.append(_kernelbench_task(path.read_text(), level, problem_id, name, str(path)))
+            task = _kernelbench_task(path.read_text(), level, problem_id, name, str(path))
+            if manifest is not None:
+                rel = path.relative_to(root).as_posix()
+                if rel not in manifest:
+                    raise ValueError(f"{path}: not listed in {root / MANIFEST}")
+                task = _task_from_row(dict(task.to_dict(), **manifest[rel]), str(path))
+                listed.add(rel)
+            tasks.append(task)
+    if manifest is not None and set(manifest) != listed:
+        raise ValueError(f"{root / MANIFEST}: lists files that are no task files here: {sorted(set(manifest) - listed)}")
     return tasks
 
 
@@ -263,4 +299,4 @@ def save_tasks(tasks: Sequence[Task], path: str | Path) -> Path:
     return path
 
 
-__all__ = ["kernelbench_task_id", "load_tasks", "save_tasks", "tasks_to_dataset", "validate_source"]
+__all__ = ["MANIFEST", "kernelbench_task_id", "load_tasks", "save_tasks", "tasks_to_dataset", "validate_source"]

@@ -1,6 +1,6 @@
 """`parse_response(text)`: split a model response into thought, code and summary.
 
-The paper leaves parsing open (kevin-method.md section 12.2); these are our rules:
+The paper leaves parsing open (docs/method.md, "Parsing and failed turns"); these are our rules:
 
 1. **Line ends.** ``\\r\\n`` and lone ``\\r`` become ``\\n`` first.
 2. **Thought.** The text inside ``<think>...</think>`` (stripped). If the response has ``</think>`` but no

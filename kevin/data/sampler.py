@@ -1,8 +1,8 @@
 """``BatchSampler``: batches of tasks that mix difficulty levels, resumable exactly.
 
-The paper found that training on easy tasks only made the reward plateau early (kevin-method.md
-section 2, "Difficulty balance matters"), and that each batch should mix easy and hard tasks; it
-does not say how. Here:
+The paper found that training on easy tasks only made the reward plateau early, and that each batch
+should mix easy and hard tasks; it does not say how (docs/method.md, "What the paper leaves open, and
+kevin's answers"). Here:
 
 - tasks are grouped by ``level`` (``None`` is a level of its own);
 - each batch gives every level a quota proportional to its share of the tasks, with at least one

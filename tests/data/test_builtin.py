@@ -1,22 +1,50 @@
-"""The built-in suite: counts, the train/eval split, every task runs and cannot be faked."""
+"""The built-in suite: its files, counts, the train/eval split, every task runs and cannot be faked."""
+
+import configparser
+import fnmatch
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from kevin.data import builtin_tasks
-from kevin.data.loaders import validate_source
-from kevin.data.synth import (
-    MAIN_OPS,
-    OTHER_OPS,
-    eager_runtime_ms,
-    informative_output_problems,
-    operator_sequence,
-    output_shape_on_meta,
-    run_reference,
-)
+from kevin.data.builtin import ROOT
+from kevin.data.loaders import MANIFEST, validate_source
+from kevin.data.synth import eager_runtime_ms, informative_output_problems, operator_sequence, output_shape_on_meta, run_reference
+from kevin.data.writer import MAIN_OPS, OTHER_OPS, render_task
 
 ALL = builtin_tasks()
 IDS = [t.task_id for t in ALL]
+TASK_FILES = sorted(ROOT.glob("level*/*.py"))
+SETUP_CFG = Path(__file__).resolve().parents[2] / "setup.cfg"
+
+
+@pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_task_file_is_a_kernelbench_program(path):
+    assert validate_source(path.read_text()) == []
+
+
+def test_the_manifest_lists_one_entry_per_task_file_and_task():
+    manifest = json.loads((ROOT / MANIFEST).read_text())
+    assert sorted(manifest) == [p.relative_to(ROOT).as_posix() for p in TASK_FILES]
+    assert len(manifest) == len(ALL)
+
+
+def test_setup_cfg_installs_the_manifest_and_every_task_file():
+    config = configparser.ConfigParser()
+    config.read(SETUP_CFG)
+    patterns = [p.strip() for p in config["options.package_data"]["kevin.data.builtin"].split(",")]
+    files = [MANIFEST] + [p.relative_to(ROOT).as_posix() for p in TASK_FILES]
+    assert [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)] == []
+
+
+@pytest.mark.parametrize("task", builtin_tasks(level=2), ids=lambda t: t.task_id)
+def test_level2_files_are_what_the_writer_renders_for_their_ops(task):
+    # the regeneration path the package docstring describes stays true
+    rendered = render_task(task.metadata["ops"])
+    assert task.source == rendered.source
+    assert task.sizes == rendered.sizes
 
 
 def test_suite_has_at_least_40_tasks_per_level():

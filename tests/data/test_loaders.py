@@ -92,6 +92,52 @@ def test_malformed_file_raises_naming_file_and_reason(tmp_path, source, reason):
     assert reason in str(err.value)
 
 
+def _with_manifest(root, entries):
+    """A folder of level folders (root/level{1,2}/<id>_<name>.py) and its manifest.json."""
+    (root / "level1").mkdir()
+    (root / "level2").mkdir()
+    (root / "level1" / "1_Square.py").write_text(GOOD)
+    (root / "level2" / "1_Matmul_ReLU.py").write_text(FUSED)
+    (root / "manifest.json").write_text(json.dumps(entries))
+    return root
+
+
+MANIFEST_ENTRIES = {
+    "level1/1_Square.py": {"task_id": "own-L1-Square", "sizes": {"cpu": {"N": 8}}, "metadata": {"ops": ["Matmul"], "split": "eval"}},
+    "level2/1_Matmul_ReLU.py": {"task_id": "own-L2-Matmul_ReLU", "metadata": {"ops": ["Matmul", "ReLU"], "split": "train"}},
+}
+
+
+def test_manifest_sets_ids_sizes_and_metadata_and_the_path_sets_level_and_name(tmp_path):
+    square, fused = load_tasks(_with_manifest(tmp_path, MANIFEST_ENTRIES))
+    assert (square.task_id, square.level, square.name) == ("own-L1-Square", 1, "Square")
+    assert dict(square.sizes["cpu"]) == {"N": 8}
+    assert dict(square.metadata) == {"ops": ("Matmul",), "split": "eval"}
+    assert (fused.task_id, fused.level, fused.name, fused.metadata["ops"]) == ("own-L2-Matmul_ReLU", 2, "Matmul_ReLU", ("Matmul", "ReLU"))
+
+
+def test_manifest_split_filters_the_folder(tmp_path):
+    assert [t.task_id for t in load_tasks(_with_manifest(tmp_path, MANIFEST_ENTRIES), split="eval")] == ["own-L1-Square"]
+
+
+def test_a_task_file_missing_from_the_manifest_raises_naming_it(tmp_path):
+    entries = {k: v for k, v in MANIFEST_ENTRIES.items() if k.startswith("level1/")}
+    with pytest.raises(ValueError, match=r"1_Matmul_ReLU\.py: not listed in"):
+        load_tasks(_with_manifest(tmp_path, entries))
+
+
+def test_a_manifest_entry_without_its_file_raises_naming_it(tmp_path):
+    entries = dict(MANIFEST_ENTRIES, **{"level1/2_Gone.py": {"task_id": "own-L1-Gone"}})
+    with pytest.raises(ValueError, match=r"level1/2_Gone\.py"):
+        load_tasks(_with_manifest(tmp_path, entries))
+
+
+def test_an_unknown_manifest_key_raises(tmp_path):
+    entries = dict(MANIFEST_ENTRIES, **{"level1/1_Square.py": {"task_id": "own-L1-Square", "spilt": "eval"}})
+    with pytest.raises(ValueError, match=r"unknown keys \['spilt'\]"):
+        load_tasks(_with_manifest(tmp_path, entries))
+
+
 def test_validate_source_accepts_a_kernelbench_program():
     assert validate_source(GOOD) == []
 

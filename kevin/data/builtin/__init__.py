@@ -1,10 +1,31 @@
 """The built-in suite: our own KernelBench-format tasks, level 1 (single operators) and level 2 (fused).
 
 ``builtin_tasks()`` returns all of it; ``level``, ``split`` and ``names`` filter. The split mirrors the
-paper's (kevin-method.md section 2): most tasks train, a held-out evaluation set (about a fifth) shares
+paper's (docs/method.md, "Tasks"): most tasks train, a held-out evaluation set (about a fifth) shares
 no operator sequence with the training tasks, so an evaluation measures generalisation to operators
 and fusions never trained on. Each task stores its operator sequence in ``metadata["ops"]`` and its
 split in ``metadata["split"]``; ids are "kevin-L<level>-<name>".
+
+The tasks are files in this package, read by ``kevin.data.load_tasks`` like a KernelBench checkout:
+``level1/<n>_<name>.py`` and ``level2/<n>_<name>.py`` hold the programs at their GPU sizes (eager
+PyTorch on an H200 above 0.1 ms), and ``manifest.json`` gives each file its id, CPU sizes, operator
+sequence and split.
+
+- Level 1 was written for kevin (not copied from KernelBench). Inputs are chosen so that trivial
+  answers fail (the fabricated outputs of docs/threat-model.md, "How each attack is stopped"):
+  signed, shifted or scaled distributions for ops that are the identity on non-negative inputs,
+  normalisation inputs that are not already normalised, softmax rows short or peaked enough that
+  entries are not tiny, and for the losses (scalar outputs) a fresh random scale per call with
+  heavy-tailed rows, so no constant or closed-form expectation matches every call.
+- Level 2 is one main op plus 2 to 5 others from the paper's Appendix A vocabulary. The sequences
+  were picked by hand to cover every main op and every vocabulary entry while keeping the output
+  informative (no softmax over long rows, no normalisation followed by a mean over what it
+  normalised, no saturating clamp before a reduction). Each file is what the program writer renders
+  for its sequence with every menu's default; to re-render one (after a change to the writer), write
+  ``kevin.data.writer.render_task(ops).source`` to the file and its ``sizes`` to the manifest entry.
+
+``tests/data/test_builtin.py`` checks that every task runs with an informative output and passes the
+sandbox's calibration, and that the level-2 files are still the writer's rendering.
 
 >>> len(builtin_tasks(level=1)) >= 40 and len(builtin_tasks(level=2)) >= 40
 True
@@ -15,28 +36,19 @@ True
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterable
 
-from kevin.data.builtin.level1 import LEVEL1
-from kevin.data.builtin.level2 import LEVEL2
+from kevin.data.loaders import load_tasks
 from kevin.data.task import Task
 
 SPLITS = ("train", "eval")
+ROOT = Path(__file__).resolve().parent
 
 
 @lru_cache(maxsize=1)
 def _all_tasks() -> tuple[Task, ...]:
-    from kevin.data.synth import render_task
-
-    tasks = []
-    for name, ops, split, cpu, source in LEVEL1:
-        meta = {"ops": ops, "split": split, "origin": "kevin-builtin"}
-        tasks.append(Task(f"kevin-L1-{name}", source, level=1, name=name, sizes={"cpu": cpu}, metadata=meta))
-    for ops, split in LEVEL2:
-        name = "_".join(ops)
-        meta = {"split": split, "origin": "kevin-builtin"}
-        tasks.append(render_task(ops, task_id=f"kevin-L2-{name}", level=2, metadata=meta))
-    return tuple(tasks)
+    return tuple(load_tasks(ROOT))
 
 
 def builtin_tasks(
@@ -68,4 +80,4 @@ def builtin_tasks(
     return tasks
 
 
-__all__ = ["SPLITS", "builtin_tasks"]
+__all__ = ["ROOT", "SPLITS", "builtin_tasks"]

@@ -1,0 +1,25 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Tanh."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.tanh(x)
+
+
+batch_size = 8192
+dim = 16384
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 2]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Reverse prefix sum: out[i] = sum of x[j] for j >= i."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x.flip(self.dim), dim=self.dim).flip(self.dim)
+
+
+batch_size = 16384
+length = 4096
+scan_dim = 1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, length)]
+
+
+def get_init_inputs():
+    return [scan_dim]

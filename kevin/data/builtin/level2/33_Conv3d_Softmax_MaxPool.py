@@ -1,0 +1,34 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 3D convolution (same padding), then softmax over dim 1, then max pooling (kernel 2)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.softmax(x, dim=1)
+        x = F.max_pool3d(x, kernel_size=2)
+        return x
+
+
+batch_size = 16
+in_channels = 16
+out_channels = 32
+depth = 16
+height = 32
+width = 32
+kernel_size = 3
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, depth, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]

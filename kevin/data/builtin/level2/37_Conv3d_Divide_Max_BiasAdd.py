@@ -1,0 +1,39 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 3D convolution (same padding), then divide by a constant, then max over dim 1, then add a learned bias."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, divisor, bias_shape):
+        super().__init__()
+        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.divisor = divisor
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = x / self.divisor
+        x = torch.amax(x, dim=1, keepdim=True)
+        x = x + self.bias
+        return x
+
+
+batch_size = 16
+in_channels = 16
+out_channels = 32
+depth = 16
+height = 32
+width = 32
+kernel_size = 3
+divisor = 2.0
+bias_shape = (1, 1, 1, 1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, depth, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, divisor, bias_shape]

@@ -1,0 +1,36 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 2D transposed convolution (stride 2), then add a constant, then min over dim 1, then GELU."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, add_value):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)
+        self.add_value = add_value
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = x + self.add_value
+        x = torch.amin(x, dim=1, keepdim=True)
+        x = F.gelu(x)
+        return x
+
+
+batch_size = 16
+in_channels = 64
+out_channels = 64
+height = 64
+width = 64
+kernel_size = 3
+add_value = 0.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, add_value]

@@ -1,0 +1,37 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 2D transposed convolution (stride 2), then instance norm, then scale by a constant, then sigmoid."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, scale_factor):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)
+        self.instance_norm = nn.InstanceNorm2d(out_channels)
+        self.scale_factor = scale_factor
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = self.instance_norm(x)
+        x = x * self.scale_factor
+        x = torch.sigmoid(x)
+        return x
+
+
+batch_size = 16
+in_channels = 64
+out_channels = 64
+height = 64
+width = 64
+kernel_size = 3
+scale_factor = 2.0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, scale_factor]

@@ -1,0 +1,36 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 3D transposed convolution (stride 2), then ReLU, then group norm."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)
+        self.group_norm = nn.GroupNorm(num_groups, out_channels)
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = torch.relu(x)
+        x = self.group_norm(x)
+        return x
+
+
+batch_size = 16
+in_channels = 32
+out_channels = 16
+depth = 8
+height = 16
+width = 16
+kernel_size = 3
+num_groups = 4
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, depth, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, num_groups]

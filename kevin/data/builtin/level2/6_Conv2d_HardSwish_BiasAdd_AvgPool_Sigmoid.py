@@ -1,0 +1,37 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """A 2D convolution (same padding), then HardSwish, then add a learned bias, then avg pooling (kernel 2), then sigmoid."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = F.hardswish(x)
+        x = x + self.bias
+        x = F.avg_pool2d(x, kernel_size=2)
+        x = torch.sigmoid(x)
+        return x
+
+
+batch_size = 32
+in_channels = 64
+out_channels = 128
+height = 64
+width = 64
+kernel_size = 3
+bias_shape = (out_channels, 1, 1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width) * (0.5 + torch.rand(batch_size, 1, 1, 1))]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, bias_shape]
