@@ -1,4 +1,4 @@
-"""How often would an honest, more accurate kernel trip `compare`'s second criterion? (stop 17, CPU)
+"""How often would an honest, more accurate kernel trip `compare`'s second criterion? (CPU)
 
 Usage: python benchmarks/compare_false_positives.py
 

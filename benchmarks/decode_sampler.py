@@ -1,5 +1,5 @@
 """The sampler of one decoding step: `kevin.core.policy.engine.decoding.sample_logits` compiled, against a two-stage ("chunked")
-argmax form tried in stop 13 and not kept (it was slower), a form that never writes the [B, V] log-softmax
+argmax form tried and not kept (it was slower), a form that never writes the [B, V] log-softmax
 (``lse_gumbel``: token = argmax(s - log E), log pi = s_token - logsumexp(s); the same draw, since a row's logsumexp
 does not move its argmax), and, as a floor that is not a sampler, the argmax of the scores without any noise, on
 the 7B benchmark's logits.

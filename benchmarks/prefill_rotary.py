@@ -1,11 +1,11 @@
 """One layer's rotary embedding in a compiled 7B prefill: cos and sin computed inside the kernel that rotates q,
 against read from tensors computed once (what `kevin.core.policy.engine.attention.rotary_cos_sin` gives every layer).
 
-In run 21's profile of the compiled 7B prefill (``benchmarks/results/generation_h200.md``) the kernel that rotates
-q took 5.2 ms per layer, where reading and writing q takes about 0.9 ms at 4.3 TB/s. Its name lists ``cos`` and
-``sin``: Inductor inlines the rotary's cos and sin (pointwise in the positions) into every consumer, so each of q's
-940 M elements recomputes one cos and one sin. This times that kernel alone, with transformers' own
-``Qwen2RotaryEmbedding`` and ``apply_rotary_pos_emb``:
+In a profile of the compiled 7B prefill on an H200 (``benchmarks/profile_decode.py``; ``benchmarks/LOG.md``) the
+kernel that rotates q took 5.2 ms per layer, where reading and writing q takes about 0.9 ms at 4.3 TB/s. Its
+name lists ``cos`` and ``sin``: Inductor inlines the rotary's cos and sin (pointwise in the positions) into every
+consumer, so each of q's 940 M elements recomputes one cos and one sin. This times that kernel alone, with
+transformers' own ``Qwen2RotaryEmbedding`` and ``apply_rotary_pos_emb``:
 
 - ``inline``: ``rotary(x, positions)`` and ``apply_rotary_pos_emb(q, k, cos, sin)`` in one compiled function;
 - ``precomputed``: cos and sin computed before, passed in; the compiled function only applies them;

@@ -1,12 +1,13 @@
 """Where a candidate's timing phase spends its exclusive GPU time, beyond the kernel itself.
 
 A timing holds its GPU alone (`kevin.sandbox.sandbox.DeviceGate`), so with 16 candidates judged at once its
-length is what queues them. Run 18 (``sandbox_h200.md``) saw 0.51 s per timing of a 1.9 ms matmul: 105 calls,
-so about 3 ms per call around a 1.9 ms kernel. This times `kevin.sandbox.worker.timing.time_calls` on the benchmark's
-task (C = A @ B, fp32, N = 2048, four pool sets) with ``torch.mm`` as the call, and the pieces of one call
-separately: the fresh inputs (a random permutation of every tensor into a new buffer), the L2 flush, the
-persisting-L2 reset, the timer's synchronize, and ``torch.randperm`` alone. Each piece is timed ``--reps``
-times between ``torch.cuda.synchronize()`` calls on the host clock; ms is the median.
+length is what queues them. On an H200, 16 timings of a 1.9 ms matmul took 7.6 s (``benchmarks/README.md``):
+about 0.48 s each for 105 calls, so about 2.6 ms per call around a 1.9 ms kernel. This times
+`kevin.sandbox.worker.timing.time_calls` on the benchmark's task (C = A @ B, fp32, N = 2048, four pool sets)
+with ``torch.mm`` as the call, and the pieces of one call separately: the fresh inputs (a random permutation of
+every tensor into a new buffer), the L2 flush, the persisting-L2 reset, the timer's synchronize, and
+``torch.randperm`` alone. Each piece is timed ``--reps`` times between ``torch.cuda.synchronize()`` calls on the
+host clock; ms is the median.
 
     python benchmarks/timing_overhead.py --out OUT      # writes OUT/timing_overhead.json
 """

@@ -11,7 +11,7 @@ return the last ``L + 1`` positions' logits). The padding goes *inside* the prom
 of it so that no padded query row is fully masked: a left-padded row's first positions attend to nothing,
 and fully masked rows give NaN in CUDA attention (pytorch/pytorch#110213). With left padding, the gradient
 was NaN on an H200 (sdpa, torch 2.11); with this layout it is finite, and equal on 1 and 2 processes
-(benchmarks/results/train_h200.md, runs 1 and 2). Here each pad attends to the prompt
+(benchmarks/results/train_h200.md). Here each pad attends to the prompt
 tokens before it; pads are never attended by real tokens (attention mask 0), and position ids count real
 tokens only, so every real token's output is exactly what it is unpadded.
 
@@ -180,7 +180,7 @@ def split_minibatches(samples: Sequence[Sample], n: int, *, seed: int) -> list[l
 
     Sizes differ by at most one (10 samples, n = 2 -> 5 + 5; 7, n = 2 -> 4 + 3). Inside a mini-batch the
     samples are sorted longest first (prompt + response), so consecutive micro-batches pad little.
-    The paper's "two gradient steps per batch" is ``n = 2`` (kevin-method.md section 5.4).
+    The paper's "two gradient steps per batch" is ``n = 2`` (docs/method.md, "Updates and schedule").
     """
     if n < 1:
         raise ValueError(f"need n >= 1 mini-batches, got {n}")

@@ -10,8 +10,8 @@ All G trajectories of all B tasks advance together, turn by turn. On each turn t
 4. the remaining kernels go to the sandbox in ONE ``sandbox.evaluate_many`` call;
 5. the verdict's feedback becomes part of turn t+1's prompt.
 
-Trajectories always run all T turns (no early stop on failure or success, paper section 3.4 of
-kevin-method.md). Scoring is not done here: a ``Turn`` keeps the raw ``EvalResult`` so that rewards can be
+Trajectories always run all T turns (no early stop on failure or success, paper section 3.4;
+docs/method.md, "Rollout"). Scoring is not done here: a ``Turn`` keeps the raw ``EvalResult`` so that rewards can be
 computed, and recomputed with other settings, afterwards (``kevin.core.records.rescore``).
 
 Costs. ``Turn.generation_s`` is the batch's generation wall time shared out in proportion to each

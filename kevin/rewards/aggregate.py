@@ -37,7 +37,7 @@ def aggregate_rewards(scores, *, gamma: float = 0.4, mode: str = "sum"):
     Returns:
         ``list[float]`` of length T for a sequence; a tensor ``[..., T]`` of the input dtype for a tensor.
 
-    >>> aggregate_rewards([0.0, 1.36, 0.0, 1.49])  # the worked example of kevin-method.md section 4.2
+    >>> aggregate_rewards([0.0, 1.36, 0.0, 1.49])  # the worked example of docs/method.md, "Returns across turns"
     [0.63936, 1.5984, 0.596, 1.49]
 
     (R_3 = 1.49; R_2 = 0 + 0.4 * 1.49 = 0.596; R_1 = 1.36 + 0.4 * 0.596 = 1.5984;

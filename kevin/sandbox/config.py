@@ -106,8 +106,9 @@ class SandboxConfig:
     launch_cover_us: float = 200.0
     """CUDA: a GPU-side wait (``torch.cuda._sleep``) queued after the L2 flush and before the start event, so the
     host's launch of the call is queued before the GPU reaches the start event and the runtime is the GPU's, as
-    long as the launch takes less than the flush and the wait (in a candidate's process on an H200: 0.07-0.22 ms
-    at the 90th percentile; ``timing.time_calls``); 0 = the flush alone covers the launch"""
+    long as the launch takes less than the flush and the wait (in a candidate's process on an H200: 0.13-0.20 ms
+    at the 90th percentile, ``benchmarks/results/sandbox_h200.md``; ``timing.time_calls``); 0 = the flush alone
+    covers the launch"""
     baseline: str = "eager"
     """the reference timing the speedup (and so the reward) divides by: "eager" (the paper's), "tf32" (eager
     with TF32 matmuls and convolutions allowed) or "compile" (``torch.compile``)"""

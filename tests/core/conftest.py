@@ -59,7 +59,7 @@ def cpu_sandbox(tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("kevin-sandbox-cache")
     # 50 timed calls, not 5: over 6 calls on a busy 2-core machine the wall clock implied 1.26 ms per call for a
-    # 0.05 ms kernel, and the wall-clock check judged the honest kernel incorrect (a stop-14 CI run)
+    # 0.05 ms kernel, and the wall-clock check judged the honest kernel incorrect
     config = SandboxConfig(cache_dir=str(cache), n_trials=50, n_warmup=1, timing_budget_s=2.0, workers=2)
     return sandbox_mod.Sandbox(device="cpu", config=config)
 

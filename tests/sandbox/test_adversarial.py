@@ -1,4 +1,4 @@
-"""One adversarial candidate per attack of sandbox-threats.md §3 that applies to the CPU backend.
+"""One adversarial candidate per attack of docs/threat-model.md that applies to the CPU backend.
 
 Each must end not-correct with a reason. Three layers are proven separately:
 
@@ -25,18 +25,18 @@ STATIC = [
     "c1_input_mutation_hidden_for_one_set", "c6_clone_hook_between_calls",
     "c6_dispatch_mode_left_entered", "d6_forge_call_count_and_median", "e2_os_exit_import",
     "e4_obfuscated_exec",
-    # red team, stop 13 (each was judged correct before): ATen's CPU kernel reached by argument-dependent lookup;
+    # each once judged correct: ATen's CPU kernel reached by argument-dependent lookup;
     # numpy compute on dict-laundered tensors; a frame walk through a generator to skip unchecked timed calls;
     # a native thread spelled `thread` after `using namespace std`
     "a9_aten_backend_kernel_via_adl", "a10_numpy_compute_on_laundered_tensors", "b11_frame_walk_through_generator",
     "d7_native_thread_after_using_namespace_std",
-    # red team (each a hole in the static layer before): standard-library and harness modules reached as attributes
+    # each once a hole in the static layer: standard-library and harness modules reached as attributes
     # of allowed packages, a module laundered through a list, the Python C API behind C++ line splicing, work
     # handed to ATen's and c10's thread pools
     "e7_stdlib_module_via_torch_alias", "e7_os_via_from_import_alias", "e7_subprocess_via_cpp_extension_alias",
     "e7_module_laundered_through_a_list", "e8_python_c_api_via_line_splice", "d8_aten_thread_pool_launch",
     "d8_c10_thread_pool",
-    # red team (judged correct, or holding the Sandbox, before): a forged report line, a signal to the fork server
+    # once judged correct, or holding the Sandbox: a forged report line, a signal to the fork server
     "e9_forge_imported_before_loading", "e10_stop_the_fork_server",
 ]
 
@@ -95,14 +95,14 @@ DYNAMIC = {
     "c6_override_harness_clone": (RELU_TASK, "kernels for aten::clone were changed"),
     "c5_compute_only_at_reused_addresses": (RELU_TASK, "timed call"),
     "d6_timer_monkeypatch": (RELU_TASK, "time.perf_counter was replaced"),
-    # judged correct before stop 17, when the harness's objects were audited only before and after the timing loop;
+    # judged correct while the harness's objects were audited only before and after the timing loop;
     # forward call 20 patches: 4 correctness sets + 5 warm-up calls = 9, so timed call 0 is call 10 and call 20 is 10
     "d6_timer_replaced_between_audits": (RELU_TASK, "timed call 10: time.perf_counter was replaced"),
-    # judged correct before stop 17, when the correctness sets were audited once, after the last one
+    # judged correct while the correctness sets were audited once, after the last one
     "c1_input_mutation_hidden_for_one_set": (RELU_TASK, "input set 1: torch.equal was replaced"),
-    # judged correct before stop 17, when the dispatcher was compared only after the sets and after the loop
+    # judged correct while the dispatcher was compared only after the sets and after the loop
     "c6_clone_hook_between_calls": (RELU_TASK, "the dispatcher's kernels for aten::clone were changed"),
-    # judged correct before stop 17: a mode lives in the thread's state, where no tripwire looked
+    # judged correct while no tripwire looked at the thread's state, where a mode lives
     "c6_dispatch_mode_left_entered": (RELU_TASK, "timed call 0: torch dispatch modes entered changed: 0 -> 1"),
     # once judged correct at 30,296x: it replaces the report channel's send; the channel is now tripwired (the parent
     # also takes the median itself and checks the call count: tests/sandbox/test_judge.py)

@@ -1,6 +1,6 @@
 """The CUDA backend on a real GPU (skipped without CUDA): honest kernels pass, GPU attacks are contained.
 
-Run on the lent H200 with ``pytest -m gpu tests/sandbox``. All CUDA builds are started together by
+Run on a CUDA machine (an H200 for ``benchmarks/README.md``) with ``pytest -m gpu tests/sandbox``. All CUDA builds are started together by
 `gpu_warm` (one ``evaluate_many``, compiled in parallel), later tests reuse the cached builds.
 """
 
@@ -203,7 +203,7 @@ def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
     run = timing.time_calls(lambda a: torch.relu(a[0]), [[torch.randn(1 << 22, device=dev)]], device=dev, n_warmup=2,
                             n_trials=40, budget_s=10, rng=random.Random(0), launch_cover_us=200)
     assert run.n_tail < 20, run.summary()  # the synchronize found nothing left behind, bar a host hiccup
-    # a 32 MB ReLU takes about 0.013 ms (run 28's sweep: 0.0125); a sample run to the last event adds 0.02 ms or more
+    # a 32 MB ReLU takes about 0.013 ms on an H200; a sample run to the last event adds 0.02 ms or more
     assert 0 < run.median_ms < 0.03, run.summary()
 
 
@@ -219,7 +219,8 @@ def test_a_slow_synchronize_on_the_host_is_not_taken_for_work_left_behind(monkey
     dev = torch.device("cuda")
     real = torch.cuda.synchronize
 
-    def slow_synchronize(device=None):  # 0.15 ms slower each (run 29: two processes passed their <= 0.1 ms limit mostly)
+    def slow_synchronize(device=None):  # 0.15 ms slower each (on an H200 some candidate processes' synchronizes
+        # were that slow: most of their samples passed the <= 0.1 ms limit with nothing on another stream)
         real(device)
         t = time.perf_counter()
         while time.perf_counter() - t < 150e-6:

@@ -50,7 +50,7 @@ def test_fresh_inputs_have_new_addresses_and_new_content_with_the_same_values():
 
 
 def test_fresh_inputs_are_no_rotation_of_the_pool_set():
-    # a rotation could be answered from tables built on the seen set (the second red-team review)
+    # a rotation could be answered from tables built on the seen set (d4_tables_over_rotated_inputs)
     base = torch.arange(1000, dtype=torch.float32)
     a = timing.FreshInputs([[base]], rng=random.Random(1), keep_alive_bytes=1 << 30)(0)[0]
     shift = int((base == a[0]).nonzero()[0])  # if a == roll(base, s) then a[0] == base[-s]

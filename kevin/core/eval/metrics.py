@@ -14,8 +14,8 @@ over every trajectory that has that turn; :func:`summarize_turns` pools any set 
   thought was parsed) that do not start with the base model's usual opener (QwQ-32B: "Okay,");
 - ``repetition``: mean :func:`repetition_score`, a junk detector in [0, 1].
 
-**Per task** (:func:`task_metrics`), as in the paper's section 5 (kevin-method.md section 7.2): a
-trajectory is *correct* if any of its kernels is correct; its *performance* is its fastest correct
+**Per task** (:func:`task_metrics`), as in the paper's section 5 (docs/method.md, "Evaluation and health
+metrics"): a trajectory is *correct* if any of its kernels is correct; its *performance* is its fastest correct
 kernel's speedup, else 0; it is *fast_p* if it is correct with performance >= p (p = 1 and 1.5; the paper
 states ">= p"; KernelBench's ``fastp`` uses ">" -- the two differ only on exact ties; pass
 ``strict=True`` to :func:`trajectory_fast` for KernelBench's). Over the n trajectories of one task,

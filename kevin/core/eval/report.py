@@ -1,6 +1,6 @@
 """Evaluation report: the paper's Tables 1 and 2 with bootstrap confidence intervals, compute, plots.
 
-What is computed (kevin-method.md section 7.2; paper section 5):
+What is computed (docs/method.md, "Evaluation and health metrics"; paper section 5):
 
 - **Per turn budget** (Table 1 at every t, Fig. 5). For t = 1..T, every trajectory is cut to its first
   t turns and scored as the paper scores a trajectory: *correct* if one of its kernels is correct,

@@ -184,8 +184,8 @@ class TransformersPolicy:
         and the fused projections' weights (by arithmetic about 21 and 8 GiB for a 7B at 16 rows and 24k slots);
         returns the bytes freed. The next call allocates them again and captures the decoding step's CUDA graphs
         again, without recompiling (`kevin.core.policy.engine.decoding.release_static_memory`). Measured on an H200 for a
-        7B at 16 rows and 3,072 slots: 10.57 GiB freed, the next call 6.51 s against 6.49 s (run 37 of
-        ``benchmarks/results/generation_h200.md``)."""
+        7B at 16 rows and 3,072 slots: 10.57 GiB freed, the next call 6.51 s against 6.49 s
+        (``benchmarks/README.md``)."""
         from kevin.core.policy.engine.decoding import release_static_memory
 
         return release_static_memory(self.model)

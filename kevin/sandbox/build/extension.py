@@ -12,7 +12,7 @@ of a second, whatever its Python code around it.
 It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_extension_header`): load_inline
 already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
 and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
-about 29 of the 53 s of nvcc per candidate (`benchmarks/results/sandbox_h200.md`).
+about 29 of the 53 s of nvcc per candidate on a CPU machine (`benchmarks/LOG.md`).
 
 It then compiles the CUDA unit with `LIGHT_PRELUDE` in place of ``<torch/types.h>`` (`light_arguments`): the
 tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without the

@@ -53,9 +53,9 @@ counts only the candidate's operators as top-level ones."""
 class ProfiledOps:
     """The same inventory seen by the profiler (``RecordFunction``), which a forward cannot switch off from
     Python: ``torch._C._DisableTorchDispatch()`` hides ops from a dispatch mode, not from the profiler (a
-    red-team candidate delegated to ``torch.addmm`` that way). Only top-level ATen ops count (the ones the
-    candidate called; an allowed op's own internals are not its choice, and the timing loop's own work runs under
-    a `HARNESS` scope)."""
+    candidate can delegate to ``torch.addmm`` or any other op that way; ``a7_disable_python_dispatch`` in
+    ``tests/sandbox/candidates``). Only top-level ATen ops count (the ones the candidate called; an allowed op's
+    own internals are not its choice, and the timing loop's own work runs under a `HARNESS` scope)."""
 
     def __init__(self) -> None:
         self.ops: dict[str, int] = {}

@@ -25,9 +25,9 @@ measures it, unless one of two things happened after the call's stream reached i
 Then the sample is start -> fin less that median (at most 0.05 ms), and never less than start -> end. The flush
 and the cover are the last things queued before the start event, so the GPU is still busy with them while the
 host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
-(in a candidate's process the launch takes 0.07-0.22 ms at the 90th percentile; `benchmarks/results/sandbox_h200.md`). Host
-work that reads the inputs cannot hide there: a copy to the host waits behind the flush and the cover. The
-runtime is the median of the samples.
+(in a candidate's process on an H200 the launch takes 0.13-0.20 ms at the 90th percentile;
+`benchmarks/results/sandbox_h200.md`). Host work that reads the inputs cannot hide there: a copy to the host
+waits behind the flush and the cover. The runtime is the median of the samples.
 
 Rechecks: a few timed calls, at positions drawn inside `time_calls`, get golden content (a permuted copy of a
 correctness set whose reference output the golden process computed), reached through exactly the work of any

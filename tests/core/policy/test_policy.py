@@ -452,7 +452,7 @@ def test_auto_mode_on_cuda_samples_with_exact_logprobs(tok, decode_attention):
 
 @pytest.mark.gpu
 def test_static_mode_on_cuda_samples_an_fp32_model_under_bf16_autocast_exactly(tok):
-    # train_multiturn's full fine-tune: fp32 weights, bf16 mixed precision (a review found the static cache crash)
+    # train_multiturn's full fine-tune: fp32 weights, bf16 mixed precision (the static cache once crashed on it)
     model = build_tiny_model(tok, seed=8).to("cuda")
     policy = TransformersPolicy(model, tok, max_new_tokens=8, temperature=0.9, mode="static", stop_token_ids=())
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -647,8 +647,8 @@ def test_static_mode_pads_the_last_chunk_to_the_rows_of_the_others(tok, model, m
 
 
 def test_static_mode_samples_a_flex_attention_model_with_exact_logprobs(tok):
-    # transformers' flex attention over a static cache attended the unwritten tail: log-probs off by ~0.1 on the
-    # CPU (a review finding); the static loop now runs such a model with sdpa (or our decode attention)
+    # transformers' flex attention over a static cache attends the unwritten tail: log-probs off by ~0.1 on the
+    # CPU; the static loop therefore runs such a model with sdpa (or our decode attention)
     model = build_tiny_model(tok, seed=5).eval()
     try:
         model.set_attn_implementation("flex_attention")

@@ -1,4 +1,4 @@
-# A1 (red team, stop 13): compute in numpy on tensors passed through a dict, so the forward-path scan no longer
+# A1: compute in numpy on tensors passed through a dict, so the forward-path scan no longer
 # treats them as tensors; .numpy() dispatches no operator, so the runtime inventory sees nothing either. The
 # extension is called only to look like a kernel.
 import numpy as np

@@ -1,6 +1,6 @@
 # A1: delegate to PyTorch inside torch._C._DisableTorchDispatch(), which hides the ops from a Python dispatch
 # mode (the sandbox's first operator inventory), and reach it through an attribute so the forward looks clean.
-# (Found by the fourth red-team review: accepted, at the reference's own speed.)
+# (An inventory built on a dispatch mode alone accepts it, at the reference's own speed.)
 import torch
 import torch.nn as nn
 

@@ -1,6 +1,6 @@
 # A1/C5: compute with the kernel while the correctness calls run (fresh allocations are NaN-filled then),
 # and delegate to PyTorch in the timed calls, through an attribute the static scan does not follow.
-# (Found while closing the fourth red-team review's findings: the inventory watched correctness calls only.)
+# (It passes an inventory that watches the correctness calls only.)
 import torch
 import torch.nn as nn
 

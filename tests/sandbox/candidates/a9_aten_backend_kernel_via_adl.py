@@ -1,4 +1,4 @@
-# A2 (red team, stop 13): call ATen's CPU kernel directly (at::cpu::clamp_min, no dispatcher, so the runtime
+# A2: call ATen's CPU kernel directly (at::cpu::clamp_min, no dispatcher, so the runtime
 # inventory never sees it), from a function placed in namespace at and reached by argument-dependent lookup, so
 # the source never spells `at::`.
 import torch

@@ -1,7 +1,7 @@
 # B5/D3: return outputs in memory PyTorch did not allocate (numpy here; torch::from_blob over pages that
 # compute themselves when first read in C++), so the harness cannot trust when the values were written.
-# (Found by the second red-team review: a from_blob output over PROT_NONE pages was computed lazily by a
-# SIGSEGV handler, outside the timed window.)
+# (In C++: a from_blob output over PROT_NONE pages, computed lazily by a SIGSEGV handler, outside the timed
+# window.)
 import numpy as np
 import torch
 import torch.nn as nn

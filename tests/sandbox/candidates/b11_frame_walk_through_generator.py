@@ -1,4 +1,4 @@
-# D4/B7 (red team, stop 13): reach the timing loop's frame through a running generator's own frame
+# D4/B7: reach the timing loop's frame through a running generator's own frame
 # (getattr with names built at run time), read which timed calls are rechecked, and skip the work on the others.
 import torch
 import torch.nn as nn

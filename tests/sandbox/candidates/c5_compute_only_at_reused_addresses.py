@@ -1,5 +1,5 @@
 # C5: compute honestly on the correctness calls (the first 4), then only when the input's address repeats the
-# previous call's. (Found by a red-team review: rechecks were the only timed calls that reused the previous
+# previous call's. (It passes a harness whose rechecks are the only timed calls that reuse the previous
 # buffers.) Every later call is skipped unless in place, so the recheck at new addresses must catch it.
 import torch
 import torch.nn as nn

@@ -1,8 +1,8 @@
 # C3/D5: timed calls return unwritten buffers, and a kernel registered over aten::clone (which the harness
 # snapshots rechecked outputs with) computes the output only when it is read. The kernel is registered at the
 # end of each timed call and removed at the start of the next, and not after the last call (4 correctness
-# sets + 5 warm-up calls + 100 timed calls), so the dispatcher looks untouched whenever the harness used to
-# compare it: after the correctness sets and after the timing loop.
+# sets + 5 warm-up calls + 100 timed calls), so the dispatcher looks untouched to a harness that compares
+# it only after the correctness sets and after the timing loop.
 import torch
 import torch.nn as nn
 

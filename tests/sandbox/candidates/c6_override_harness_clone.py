@@ -1,6 +1,6 @@
 # C3/D5: register a kernel over aten::clone for CPU, the operator the harness snapshots timed outputs with,
-# so deferred work could be finished only when an output is read. (Found by the third red-team review, in
-# C++ with TORCH_LIBRARY_IMPL: timed calls returned unwritten buffers, the hooked clone computed the rechecks.)
+# so deferred work could be finished only when an output is read. (The same in
+# C++ with TORCH_LIBRARY_IMPL: timed calls return unwritten buffers, the hooked clone computes the rechecks.)
 import torch
 import torch.nn as nn
 

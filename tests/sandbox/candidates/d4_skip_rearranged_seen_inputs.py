@@ -1,5 +1,5 @@
 # D4/D5: recognise a timed input as seen content rearranged (its values were all met before), and skip the work.
-# (Found by red-team reviews: timed inputs are rearranged correctness sets; rechecks are made the same way,
+# (Timed inputs are rearranged correctness sets; rechecks are made the same way,
 # so they are recognised too and their stale answers are caught.)
 import torch
 import torch.nn as nn

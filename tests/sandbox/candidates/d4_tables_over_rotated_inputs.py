@@ -1,7 +1,7 @@
 # D4/D5: answer timed inputs that are rotations of a seen input from tables built on the untimed correctness
 # calls (circular prefix sums give every row sum of every rotation), and return zeros on anything else.
-# (Found by the second red-team review, in C++: timed inputs and rechecks were rolled correctness sets, so
-# every timed call was answered correctly at a fraction of the cost. Timed inputs are now permutations.)
+# (In C++, against timed inputs and rechecks that are rolled correctness sets, every timed call is answered
+# correctly at a fraction of the cost; the harness's timed inputs are permutations instead.)
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,4 @@
-# D2 (red team, stop 13): a detached native std::thread, spelled `thread` after `using namespace std;` so the text
+# D2: a detached native std::thread, spelled `thread` after `using namespace std;` so the text
 # scan (which looks for `std::thread`) misses it. It does half the ReLU; forward waits for it.
 import torch
 import torch.nn as nn

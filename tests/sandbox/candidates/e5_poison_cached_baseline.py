@@ -1,5 +1,5 @@
 # E1/D8: rewrite the sandbox's cached baseline timings on disk at import, so that this and every later
-# candidate is measured against a 1000 ms "reference". (Found by the second red-team review, from C++.)
+# candidate is measured against a 1000 ms "reference". (Works from C++ too.)
 import json
 import os
 

@@ -1,6 +1,6 @@
 # E1/C5: read the recheck inputs from the inputs file in the working directory, compute only when a timed
-# input is one of them, and return garbage otherwise. (Found by the second red-team review, from C++: the
-# file stayed readable for the whole run. The harness now deletes it as soon as it has loaded it.)
+# input is one of them, and return garbage otherwise. (Works from C++ too, as long as the
+# file stays readable for the whole run; the harness deletes it as soon as it has loaded it.)
 import os
 
 import torch

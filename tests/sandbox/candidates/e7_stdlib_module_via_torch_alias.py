@@ -1,5 +1,5 @@
 # E7: reach the harness through a stdlib module re-exported by torch (no `import sys` to scan for): replace the
-# timing loop's module in sys.modules, then compute honestly (a red-team finding reported 191x this way).
+# timing loop's module in sys.modules, then compute honestly (judged correct, it reported 191x this way).
 import torch
 import torch.nn as nn
 

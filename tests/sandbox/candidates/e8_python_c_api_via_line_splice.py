@@ -1,5 +1,5 @@
 # E8: run hidden Python from C++: backslash-newline splices `Py\` + `Run_SimpleString` into one token before the
-# compiler reads it, so a scan of the unspliced text saw neither half (a red-team finding reported 159x).
+# compiler reads it, so a scan of the unspliced text saw neither half (judged correct, it reported 159x).
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

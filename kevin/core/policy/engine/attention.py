@@ -18,7 +18,7 @@ for one query token (``query [B, H, 1, D]``, ``key, value [B, Hkv, S, D]``, ``ma
   those among its programs. Scores and softmax in fp32. CUDA only; elsewhere it falls back to
   ``"grouped"``. Measured on an H200 at the 7B decoding shape with 2,560 of 3,072 slots written: 0.171 ms
   per layer against 0.191 (all slots divided), 0.357 (grouped), 0.281 (grouped_sdpa) and 6.82 (transformers'
-  sdpa) (``benchmarks/results/generation_h200.md``, run 12).
+  sdpa) (``benchmarks/results/generation_h200.md``).
 
 transformers' own ``sdpa`` cannot use grouped-query attention with a mask, so it copies K and V ``R`` times
 per layer and step: for a static cache that copy dominates decoding. Every function here sends forwards of
@@ -97,8 +97,9 @@ def rotary_cos_sin(position_ids: torch.Tensor, inv_freq: torch.Tensor, scaling: 
         f = position * inv_freq;  cos = cos([f, f]) * scaling;  sin = sin([f, f]) * scaling
 
     Traced through, cos and sin are pointwise in the positions, so Inductor recomputes them inside every layer's
-    rotary kernel, for every head: in run 21's profile of a compiled 7B prefill on an H200 the kernel that rotates q
-    took 5.2 ms per layer, where reading and writing q takes about 0.9 ms (``benchmarks/prefill_rotary.py``).
+    rotary kernel, for every head: in a profile of a compiled 7B prefill on an H200 (``benchmarks/LOG.md``) the kernel
+    that rotates q took 5.2 ms per layer, where reading and writing q takes about 0.9 ms; computed once, cos and sin
+    bring one layer's rotary from 3.62 to 1.05 ms (``benchmarks/prefill_rotary.py``; ``benchmarks/README.md``).
     """
     freqs = position_ids[..., None].float() * inv_freq.float()  # [B, Q, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -273,8 +274,8 @@ def grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
 _KERNELS: tuple | None = None  # (split_kernel, combine_kernel) once `load_triton_kernels` succeeded
 # Launch settings of `triton_attention` (keyword arguments of `triton_decode`): the fastest of the 36 that
 # `benchmarks/decode_attention.py --sweep-live` timed on an H200 at the 7B decoding shape with 2,560 of 3,072 slots
-# written and the live-slot bound (0.166 ms per layer, 4.05 TB/s of K and V; 0.178 ms with run 6's settings;
-# benchmarks/results/generation_h200.md, run 11).
+# written and the live-slot bound (0.166 ms per layer, 4.05 TB/s of K and V; 0.178 ms with the earlier settings;
+# benchmarks/results/generation_h200.md).
 TRITON_CONFIG: dict[str, Any] = {"block_n": 64, "num_warps": 4, "num_stages": 2, "skip": False, "target_programs": 1024}
 
 

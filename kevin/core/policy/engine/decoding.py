@@ -3,9 +3,8 @@
 ``TransformersPolicy(mode="static")`` samples with :func:`sample_static`. Why not ``model.generate`` with a static
 cache: its loop asks the device every step whether all rows are done (``unfinished.max() == 0`` read on the
 host), so the host waits for each step to finish before it can queue the next; on an H200 a 7B decoding
-step then left the GPU idle for 2.6 of its 13.6 ms (``benchmarks/profile_decode.py``,
-``benchmarks/results/generation_h200.md``). Here the host queues steps ahead and looks at the stop flags every
-``check_every`` steps.
+step then left the GPU idle for 2.6 of its 13.6 ms (``benchmarks/profile_decode.py``; ``benchmarks/LOG.md``).
+Here the host queues steps ahead and looks at the stop flags every ``check_every`` steps.
 
 The arithmetic, per row b (left-padded prompt of ``n_b`` real tokens in ``P`` columns, cache of ``S`` slots):
 
@@ -64,8 +63,8 @@ def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 @torch.compiler.disable
 def _top_p_filter_eager(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     """`top_p_filter`, never compiled: Inductor (torch 2.11, CUDA) fails to generate the cumsum of a row as long as a
-    vocabulary (a split scan: "list indices must be integers or slices, not NoneType" for [128, 152064] logits,
-    ``benchmarks/decode_sampler.py`` in run 19 of ``benchmarks/results/generation_h200.md``)."""
+    vocabulary (a split scan: "list indices must be integers or slices, not NoneType" for [128, 152064] logits on
+    an H200, with ``benchmarks/decode_sampler.py``)."""
     return top_p_filter(scores, top_p)
 
 
@@ -167,7 +166,8 @@ def _unwrap(model: Any) -> Any:
 def compiled_prefill(model: Any) -> Callable[..., Any]:
     """The model's ``__call__`` under ``torch.compile`` with dynamic shapes (no CUDA graphs), compiled once per
     model: one graph for every batch size and prompt length. It fuses the prefill's norms, rotary embedding and
-    activations, which eagerly cost ~1.6 of a 6.8 s 7B prefill (``benchmarks/profile_decode.py``)."""
+    activations, which eagerly cost ~1.6 of a 6.8 s 7B prefill on an H200 (``benchmarks/profile_decode.py``;
+    ``benchmarks/LOG.md``)."""
     held = model.__dict__.get("_kevin_compiled_prefill")
     if held is None or held[0] != id(model):  # a deepcopy of the model must not run the original's weights
         held = model.__dict__["_kevin_compiled_prefill"] = (id(model), torch.compile(model.__call__, dynamic=True))
@@ -314,8 +314,7 @@ def _own_precision(model: Any, device: torch.device) -> Any:
 DECODE_BLAS = "cublaslt"
 """torch's BLAS library for the decoding loop on CUDA. At 128 rows cuBLASLt runs a 7B step's linears in 4.04 ms
 against 4.13 ms with cuBLAS (the down projection 0.0434 against 0.0467 ms), and no faster in the prefill (4.96
-against 4.94 s), so the prefill keeps the default (``benchmarks/blas_preference.py``, run 24 of
-``benchmarks/results/generation_h200.md``)."""
+against 4.94 s), so the prefill keeps the default (``benchmarks/blas_preference.py``; ``benchmarks/README.md``)."""
 
 
 @contextlib.contextmanager

@@ -23,12 +23,11 @@ How, without rewriting transformers' attention or MLP code:
   training changes the weights between generations, and the compiled step's CUDA graphs read ``W`` at a fixed
   address. A copy, not a version check: writes through ``.data`` do not bump a tensor's version.
 
-Measured on an H200 (``benchmarks/results/generation_h200.md``; random Qwen2.5-7B, 128 x 2048 + 1024
-tokens; each pair on one machine): a decoding step 10.24 -> 9.75 ms, the run 16.29 -> 15.76 s (run 14); 10.26 -> 9.78 ms,
-16.31 -> 15.87 s (run 16).
+Measured on an H200 (``benchmarks/README.md``, ``benchmarks/results/generation_h200.md``; random Qwen2.5-7B,
+128 x 2048 + 1024 tokens; both on one machine): a decoding step 10.26 -> 9.78 ms, the whole call 16.31 -> 15.87 s.
 
-Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB in runs 14 and 16); the refresh copies them once
-per generation call. `release` frees ``W`` between generations (``TransformersPolicy.release_memory``).
+Cost: ``W`` duplicates the grouped weights (peak memory 64.6 -> 72.6 GiB); the refresh copies them once per
+generation call. `release` frees ``W`` between generations (``TransformersPolicy.release_memory``).
 
 Like the policy package itself (``kevin.core.policy``), this is plumbing for the policy backend; it imports only ``torch``.
 """

@@ -184,7 +184,7 @@ def test_each_decoding_step_tells_the_triton_attention_how_many_cache_slots_are_
 
 def test_an_fp32_model_under_bf16_autocast_samples_in_its_own_dtype(tiny):
     # a full fine-tune kept in fp32 under bf16 mixed precision (the recipe on CUDA): the fp32 static cache got
-    # bf16 values and index_copy_ raised (a review finding)
+    # bf16 values and index_copy_ raised
     ids = torch.randint(1, 100, (2, 6))
     torch.manual_seed(4)
     plain = sample_static(tiny, ids, torch.ones_like(ids), max_new_tokens=5, cache_length=16)
