@@ -6,7 +6,7 @@ from kevin.rewards import kernel_score
 
 
 def test_correct_kernel_scores_weight_plus_speedup():
-    # 0.3 * 1 + 1.06 * 1 = 1.36 (kevin-method.md section 4.2 worked example)
+    # 0.3 * 1 + 1.06 * 1 = 1.36 (the worked example of docs/method.md, "Score")
     assert kernel_score(True, 1.06) == pytest.approx(1.36, abs=1e-12)
 
 
