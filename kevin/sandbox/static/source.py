@@ -1,108 +1,11 @@
 """`check_format`: the static layer of the sandbox (format rules and reward-hacking patterns).
 
-Advisory. This layer reads the candidate's source and never runs it. It explains rejections cheaply and
-is what the paper's format reward uses (Kevin §3.1: format check first, reward 0 on failure), but a
-determined candidate can hide from any static scan (strings built at run time, ghost branches that are
-false at benchmark shapes, pointer-keyed caches). The verdict rests on the dynamic gate: golden outputs
-from a process that never loads the candidate, a fresh candidate process, fresh inputs per timed call
-and a kernel inventory (``docs/threat-model.md``, whose attack ids the ones below are).
-
-Python rules (by AST, so words inside strings and comments never count):
-
-- ``ModelNew``: a class deriving from ``nn.Module`` with a ``forward`` method.
-- A3: no ``try``/``except``/``finally``, no ``contextlib.suppress``, no custom ``__exit__``.
-- A4: no reference to the reference class ``Model`` (inherit, instantiate, import), no
-  ``super().forward``, no class whose body is only ``pass``/``...``.
-- A1: no ``torch.nn`` layers anywhere (allowed: ``Module``, ``Parameter``, ``Buffer``, ``Identity``,
-  the containers and ``nn.init``), no torch compute function used as a value (``self.f = torch.mm``).
-  Under the "kernelbench" rule set (``rules=``, `config.RULES`) a layer may be built by a call in an
-  ``__init__`` to hold weights, and its ``.weight``/``.bias`` passed to a kernel; running it on the forward path
-  (``self.conv(x)``, ``self.conv.forward(x)``, ``self.seq[0](x)``, a loop variable over a container of layers)
-  is refused. Every other rule is the same under both rule sets.
-  On the forward path no PyTorch compute: no ``torch.*``/``F.*`` call other than allocation, shape and
-  device helpers; no tensor compute methods (``x.sum()``, ``x.exp()``) or dunder calls; no arithmetic
-  or comparison operators, ``sum``/``max``/... builtins or other libraries' calls with a tensor operand
-  (``x + y``, ``x @ w``, ``numpy.matmul(a, b)``). Integer arithmetic on sizes (``(n + 255) // 256``)
-  stays allowed. The forward path is ``ModelNew.forward`` and ``__call__``, the ``forward`` of every
-  local nn.Module class instantiated in the file, and every function, method and lambda of the file
-  they call. A tensor is a forward argument (unless annotated or defaulted as a scalar), a helper
-  argument a caller passed a tensor to, a parameter or buffer of ``self``, the result of a
-  ``torch``/extension call or tensor method, or a name assigned from one.
-- B6: no ``.half()``/``.bfloat16()``/``torch.float16``/``torch.bfloat16``, no autocast.
-- A6: no ``torch.compile``/``torch.jit``/dynamo; no CUDA graphs.
-- C2: no global numerics flags (``torch.backends.*``, ``set_float32_matmul_precision``,
-  ``set_default_dtype``, ``set_flush_denormal``, ``use_deterministic_algorithms``).
-- C3/C4/D6: no assignment into modules or their classes (``torch.allclose = ...``,
-  ``torch.Tensor.__eq__ = ...``, ``time.perf_counter = ...``) or into the file's own classes after
-  their definition (``ModelNew.forward = ...``), no ``setattr``/``getattr`` on modules, no
-  ``torch.Tensor``/``nn.Parameter`` subclass, ``type(name, bases, dict)``, ``_make_subclass``,
-  ``__torch_function__``, ``__class__`` swaps, module forward hooks.
-- D1/D2/D6: no threads or processes, no ``torch.cuda.Stream``/``stream``/``wait_stream``/
-  ``record_stream``, no ``torch.cuda.Event`` and no ``time``/``timeit``, no ``signal``.
-- E4/E7: no module reached as another module's attribute. Every package's attributes include the modules it
-  imported, so ``torch.os``, ``torch.sys.modules``, ``torch.utils.cpp_extension.subprocess``,
-  ``torch.serialization.pickle`` and ``from torch.utils.cpp_extension import os`` reach what a direct import
-  would be refused. On a chain rooted at an imported module (or a name assigned from one), any later step named
-  after a banned module, ``os``, ``sys`` or ``kevin`` is refused (``torch.signal``, torch's own package, is not
-  the stdlib's). On any other object, the attribute names that are no ordinary word (``.os``, ``.sys``,
-  ``.subprocess``, ``.builtins``, ``.kevin``, ...) are refused, and so is ``getattr`` with any module's name as a
-  literal; ordinary words (``self.time``, ``self.io``) are a user's own attributes there. An imported module may
-  not be used as a value (``[torch][0]``, ``f(torch)``), which would hide the chain behind it; renaming it by
-  assignment (``T = torch``) is followed.
-- B7/E4: no ``exec``/``eval``/``compile``/``__import__``/``importlib``, no ``sys.modules``,
-  ``sys._getframe``, ``inspect``, ``gc``, ``ctypes``, no base64/zlib/pickle payloads; no frame, code or
-  generator attributes (``gi_frame``, ``f_back``, ``f_code``, ...), also through ``getattr`` with a literal
-  name, and no ``getattr``/``setattr``/``delattr``/``hasattr`` with a computed name on any object.
-- A1: no numpy/scipy and no ``.numpy``/``__array__``/``__dlpack__``/``torch.from_dlpack``: compute on a
-  tensor's memory in another library dispatches no PyTorch operator, so the runtime inventory cannot see it.
-- A5: ``load_inline`` is called, and a function of the compiled extension is called on the forward
-  path; every name in ``functions=[...]`` is defined in the sources.
-
-C++/CUDA rules (on the strings passed to ``load_inline`` as ``cpp_sources``/``cuda_sources``, directly
-or through module-level string variables; lines ending in a backslash (spaces after it included) spliced
-first, as the preprocessor does before it reads a token, so ``Py\<newline>Run_SimpleString`` is read whole;
-then comments stripped, object-like ``#define`` and ``namespace X = Y`` aliases expanded):
-
-- backend ``"cuda"``: a ``__global__`` kernel in ``cuda_sources``; backend ``"cpu"``: a loop in
-  ``cpp_sources`` and no ``cuda_sources``.
-- A2: no ATen/torch compute (``torch::matmul``, ``at::native::``, and ``a.mm(b)``, ``x.sum()``,
-  ``a + b``/``out /= n`` on tensors: variables of host functions declared ``Tensor``, containers of tensors and
-  their elements, ``auto`` locals made by a factory, a layout method or a tensor-returning function of the
-  source, and factory results such as ``torch::ones(..).sum()``). Methods of other types are not tensor compute:
-  ``at::vec::Vectorized<float>``'s ``.exp()``/``.abs()``, ``vec::map``, ``vec::reduce_all`` and a user's own
-  struct with ``.sum()``/``.max()`` stay allowed. No
-  dispatcher (``c10::Dispatcher``, ``findSchemaOrThrow``, ``callOp``, ``at::_ops::``), no
-  dispatch-key guards (``ExcludeDispatchKeyGuard``, ``DispatchKeySet``: they hide calls from the runtime
-  operator inventory), no function-like macros that build qualified names (``#define Q(a, b) a::b``), no
-  ``using namespace torch/at``. Allocation and shape calls stay allowed.
-- A2: no cuBLAS/cuDNN/CUTLASS/CuTe/Thrust/CUB device-wide/cuFFT/BLAS/Eigen/oneDNN unless
-  ``allow_libraries=True``.
-- D1/D7: no stream creation (``cudaStreamCreate*``, ``getStreamFromPool``), no CUDA graphs, no L2
-  persistence (access-policy window, ``cudaLimitPersistingL2CacheSize``), no ``cudaDeviceSetLimit``,
-  no ``cudaEventDisableTiming``.
-- D2/E4: no ``std::thread``/``std::async``/``std::packaged_task`` (also spelled ``thread(...)`` after
-  ``using namespace std``), ``fork``/``system``/``popen``/``dlopen``, no token pasting (``##``). No background
-  work in library thread pools, which can outlive the call: ``at::launch``, ``at::intraop_launch``,
-  ``at::internal::launch_no_thread_state``, ``c10::ThreadPool``/``TaskThreadPool``, OpenMP ``task``,
-  ``target`` and ``nowait`` (also through ``_Pragma``), nor the calls that resize pools (``at::set_num_threads``,
-  ``at::set_num_interop_threads``, ``omp_set_*``). Synchronous parallelism, which ends before the call returns,
-  is allowed (``at::parallel_for``, ``#pragma omp parallel for``), and so are thread-count queries
-  (``at::get_num_threads()``, ``omp_get_max_threads()``, ``std::thread::hardware_concurrency()``).
-- E4: no trigraphs (``??/`` is a backslash, and so a line splice, only where the compiler translates
-  trigraphs; no single reading of such a source is the compiler's), comments and strings included.
-- A2: no code inside PyTorch's namespaces (``namespace at { ... }``: from there ATen's functions are reached
-  by argument-dependent lookup, with no qualifier to scan), no includes of ATen's per-backend kernels and
-  internals (``<ATen/ops/...>``, ``<ATen/CPUFunctions.h>``, ``<ATen/native/...>``), no ``#include`` of a
-  computed name.
-- B6: no ``--use_fast_math``/``-ffast-math``/``-Ofast``/ftz flags, no half/bfloat16/tf32 types or conversions
-  (``__half``, ``__float2half``, ``at::Half``, ``c10::BFloat16``, ``torch::kFloat16``, ``.to(at::kHalf)``,
-  ``wmma::precision::tf32``, ``.f16``/``.tf32`` in inline PTX). The bare word ``half`` counts only where it is a
-  type (a template argument, a cast, the start of a declaration): a user's ``const float half = 0.5f`` or
-  ``constexpr int kHalf`` is a name, not a downgrade.
-
-Not covered (the dynamic gate's job): ghost branches, caching, input mutation, degenerate outputs,
-reading harness files, strings decoded at run time without an import this scan sees. Plain ``pass``
-statements are allowed (only a class or ``forward`` whose whole body is ``pass`` is flagged).
+Advisory: it reads the candidate's source and never runs it. It explains rejections cheaply and is what the
+paper's format reward uses (Kevin §3.1), but the verdict rests on the dynamic gate. The Python rules work on the
+syntax tree (words in strings and comments never count); the C++/CUDA rules on the ``load_inline`` sources after
+line splicing, comment stripping and macro expansion. The attacks the rules serve, and what no static rule can
+stop, are in ``docs/threat-model.md``; the forbidden native APIs, shared with the symbol check, are the table of
+``forbidden.py``.
 
 >>> check_format("import torch\\nclass ModelNew(torch.nn.Module):\\n    def forward(self, x):\\n        return x @ x\\n")[0]
 'forward uses the operator `x @ x` on tensors (line 4): that is PyTorch compute; do it in your kernel'
@@ -115,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from kevin.sandbox.config import RULES
+from kevin.sandbox.static import forbidden
 
 BACKENDS = ("cuda", "cpu")
 _MAX_CHARS = 500_000
@@ -288,9 +192,8 @@ _CPP_ALLOWED_NAMESPACES = {"indexing", "vec", "ScalarType", "Layout", "MemoryFor
                            "detail", "cuda", "kCUDA", "kCPU"}
 _CPP_FORBIDDEN_NAMESPACES = {"native", "_ops", "functional", "nn", "linalg", "fft", "special", "jit",
                              "autograd", "cpublas", "blas", "sparse", "meta", "compositeexplicitautograd"}
-_CPP_CUDA_FORBIDDEN = {"getStreamFromPool", "getStreamFromExternal", "getCurrentCUDABlasHandle",
-                       "getCurrentCUDASolverDnHandle", "getCurrentCUDASparseHandle",
-                       "getCurrentCUDABlasLtHandle"}
+_CPP_CUDA_HANDLES = {"getCurrentCUDABlasHandle", "getCurrentCUDASolverDnHandle", "getCurrentCUDASparseHandle",
+                     "getCurrentCUDABlasLtHandle"}
 _CPP_COMPUTE_METHODS = set("""
 mm matmul bmm addmm addmm_ baddbmm mv dot sum mean exp exp_ log log_softmax softmax relu relu_ sigmoid
 tanh gelu mul mul_ add add_ sub sub_ div div_ pow sqrt rsqrt max min amax amin argmax argmin norm var
@@ -309,55 +212,60 @@ _CPP_LIBRARIES = re.compile(
     r"\b(cublas\w*|cudnn\w*|cutlass::\w*|cute::\w*|thrust::\w*|cub::Device\w*|cufft\w*|cusparse\w*"
     r"|cusolver\w*|cblas_\w*|Eigen::\w*|dnnl::\w*|mkl_\w*|mkldnn\w*|[sd]gemm_)"
     r"|#\s*include\s*[<\"](cublas|cudnn|cutlass|cute|thrust|cufft|cusparse|cusolver|mkl|Eigen|dnnl|cblas)")
-# Streams and host callbacks in the runtime and the driver API, and the entry-point lookups that reach either
-# without naming it (the driver's cuStreamCreate, say).
-_CPP_STREAMS = re.compile(
-    r"\b(cudaStreamCreate\w*|getStreamFromPool|getStreamFromExternal|cudaStreamBeginCapture\w*"
-    r"|cudaGraph\w*|cudaEventDisableTiming|cudaLaunchHostFunc\w*|cudaStreamAddCallback\w*|cudaExecutionCtx\w*"
-    r"|cuStreamCreate\w*|cuStreamBeginCapture\w*|cuGraph\w*|cuLaunchHostFunc\w*|cuStreamAddCallback\w*"
-    r"|cuCtxCreate\w*|cuGreenCtx\w*|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*)\b")
-_CPP_L2 = re.compile(
-    r"\b(cudaStreamAttributeAccessPolicyWindow|accessPolicyWindow|cudaAccessProperty\w*"
-    r"|cudaLimitPersistingL2CacheSize|cudaCtxResetPersistingL2Cache|cudaDeviceSetLimit"
-    r"|cudaStreamSetAttribute|cudaAccessPolicyWindow)\b")
-# Starting a thread, not asking how many there are: ``std::thread::hardware_concurrency()`` and ``std::thread::id``
-# are queries.
-_CPP_PROCESS = re.compile(
-    r"\bstd\s*::\s*(?:(?:thread|jthread)\b(?!\s*::\s*(?:hardware_concurrency|id)\b)|async\b|packaged_task\b)"
-    r"|\b(pthread_create|thrd_create|vfork|dlopen|dlsym)\b"
-    r"|\b(fork|system|popen|execl|execlp|execle|execv|execvp|execve)\s*\(")
-# After `using namespace std` a thread needs no `std::`; only then, since `dim3 threads(256)` and
-# the like are common in honest kernels.
-_CPP_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
-_CPP_BARE_THREAD = re.compile(r"\b(thread|jthread)\b\s*(?:\w+\s*)?[({]|\basync\s*\(|\bpackaged_task\b")
-# Background work in library thread pools: it can outlive the call that queued it (timed as nothing, or finishing
-# once the harness has read the output). ATen's and c10's pools (``at::launch``, ``at::intraop_launch``,
-# ``c10::ThreadPool``), the calls that resize them, and OpenMP tasks, target regions and ``nowait`` (the scan does
-# not prove a ``nowait`` construct sits inside a region that joins). Synchronous parallelism stays allowed:
-# ``at::parallel_for`` and ``#pragma omp parallel for`` end before the call returns, as PyTorch's own kernels do.
-_CPP_POOLS = re.compile(
-    r"\b(?:\w*ThreadPool\w*|intraop_launch\w*|launch_no_thread_state|set_num_threads|set_num_interop_threads"
-    r"|omp_set_\w+|_?get_\w*thread_pool\w*|_get_intraop_pool)\b"
-    r"|\b(?:at|torch|aten)\s*::\s*(?:internal\s*::\s*)?launch\b"
-    r"|#\s*pragma\s+omp\b[^\n]*?\b(?:task\w*|target|nowait)\b"
-    r"|\b_Pragma\s*\(\s*\"\s*omp\b[^\"\n]*?\b(?:task\w*|target|nowait)\b")
-_CPP_MEMORY = re.compile(
-    r"\b(mmap|mmap64|munmap|mprotect|mremap|madvise|userfaultfd|sigaction|sigset|sigsetjmp|siglongjmp"
-    r"|from_blob|shm_open|memfd_create|syscall|SYS_\w+|__NR_\w+)\b|\bsignal\s*\(|&\s*signal\b")
-_CPP_FILES = re.compile(
-    r"\b(fopen|fopen64|freopen|fdopen|openat|creat|unlink|opendir|readlink)\b|\b(open|rename)\s*\(|&\s*(open|rename)\b"
-    r"|\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem)\b|\b(ifstream|ofstream|fstream)\b"
-    r"|#\s*include\s*<(fstream|filesystem|fcntl\.h|sys/mman\.h|signal\.h|csignal|dirent\.h|unistd\.h)>")
 _CPP_PYTHON = re.compile(
     r"\b(Py[A-Z]\w*_\w+|PyEval\w*|PyFrame\w*|PyThreadState\w*|PyImport\w*|PyRun\w*|PySys\w*|_getframe|f_locals|f_back)\b"
     r"|\b(py|pybind11)\s*::\s*(module_?|globals|eval|exec|import|getattr|object|handle|cast|dict|list|str"
     r"|reinterpret_borrow|reinterpret_steal)\b")
-_CPP_HOOKS = re.compile(
-    r"\b(TORCH_LIBRARY\w*|c10::Storage|StorageImpl|SetAllocator|GetAllocator|DataPtr|set_data_ptr\w*"
-    r"|RecordFunction|addGlobalCallback|addThreadLocalCallback|\w*CachingAllocator\w*|\w*TraceTracker\w*"
-    r"|\w*MemoryObserver\w*|recordHistory|ThreadLocalDebugInfo|DebugInfoGuard|MemoryReportingInfoBase"
-    r"|reportMemoryUsage|CUDAAllocator|c10/cuda/CUDACachingAllocator\.h)\b|\.\s*impl\s*\(|torch/library\.h"
-    r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:")
+# The forbidden native APIs (files, memory and signals, processes, sockets, CUDA streams and limits, thread pools,
+# hooks): built from the table in forbidden.py, which the symbol check reads too. Here, how text spells them: a
+# word, an ordinary word only where called (``open(``) or taken by address (``&open``), ``at::launch`` only under
+# PyTorch's namespaces, an OpenMP clause in ``#pragma omp`` or ``_Pragma("omp ...")``, an ``#include`` of the
+# family's headers (also quoted, with the strings), and after ``using namespace std`` the ``std::`` names without it
+# (only then: ``dim3 threads(256)`` is common in honest kernels).
+_SCOPE = r"\s*::\s*"
+_PYTORCH_SCOPE = r"\b(?:at|torch|aten)\s*::\s*(?:internal\s*::\s*)?"
+
+
+def _cpp_form(api: forbidden.Api, how: str | None, unqualified: bool = False) -> str | None:
+    """The scan's regular expression for one API written as ``how`` says (None: not looked for this way)."""
+    name = api.name.rsplit("::", 1)[-1] if how == forbidden.QUALIFIED or unqualified else api.name
+    n = forbidden.pattern(name, _SCOPE)
+    allowed = "".join(rf"(?!{forbidden.pattern(a, _SCOPE)}\b)" for a in api.scan_allows)
+    if how == forbidden.WORD:
+        return rf"\b{allowed}{n}\b"
+    if how == forbidden.CALL:
+        return rf"\b{n}\s*\(|&\s*{n}\b"
+    if how == forbidden.QUALIFIED:
+        return rf"{_PYTORCH_SCOPE}{n}\b"
+    if how == forbidden.CONSTRUCT:
+        return rf"\b{n}\b\s*(?:\w+\s*)?[({{]"
+    return None
+
+
+def _cpp_family(family: forbidden.Family) -> re.Pattern | None:
+    """One pattern for a family: its headers, its names in their forms, its OpenMP clauses."""
+    forms = [r"#\s*include\s*[<\"](?:%s)[>\"]" % "|".join(map(re.escape, family.headers))] if family.headers else []
+    forms += [f for api in family.apis if (f := _cpp_form(api, api.scan))]
+    clauses = "|".join(forbidden.pattern(api.name) for api in family.apis if api.scan == forbidden.PRAGMA)
+    if clauses:
+        forms += [rf"#\s*pragma\s+omp\b[^\n]*?\b(?:{clauses})\b",
+                  rf"\b_Pragma\s*\(\s*\"\s*omp\b[^\"\n]*?\b(?:{clauses})\b"]
+    return re.compile("|".join(forms)) if forms else None
+
+
+_CPP_FORBIDDEN = [(f, p) for f in forbidden.FAMILIES if (p := _cpp_family(f)) is not None]
+_CPP_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
+_CPP_UNQUALIFIED_STD = [(f, re.compile("|".join(_cpp_form(a, a.unqualified, True) for a in f.apis if a.unqualified)))
+                        for f in forbidden.FAMILIES if any(a.unqualified for a in f.apis)]
+# Names that _aten_verdict leaves to the families' messages (``at::set_num_threads``, ``at::cuda::getStreamFromPool``).
+_CPP_POOL_NAMES = re.compile("|".join(forbidden.pattern(a.name.rsplit("::", 1)[-1]) for a in forbidden.POOLS.apis
+                                      if a.scan in (forbidden.WORD, forbidden.QUALIFIED)))
+_CPP_STREAM_NAMES = re.compile("|".join(forbidden.pattern(a.name) for a in forbidden.CUDA_STREAMS.apis
+                                        if a.scan == forbidden.WORD))
+# Registration of operators over ATen's (``TORCH_LIBRARY_IMPL`` ... ``m.impl("clone", ...)``), code run when the
+# library loads, and digraphs (``%:`` is ``#``): beside the hooks family's names.
+_CPP_LOAD_TIME = re.compile(r"\.\s*impl\s*\(|torch/library\.h|c10/cuda/CUDACachingAllocator\.h"
+                            r"|__attribute__\s*\(\(\s*(constructor|destructor)|%:")
 # Trigraphs: ``??/`` is a backslash, so ``??/`` before a newline splices lines in a compiler that translates
 # trigraphs and not in one that does not (GCC's ISO and GNU modes differ): no single reading of such a source is
 # the compiler's, so any trigraph is refused, comments and strings included.
@@ -1565,7 +1473,7 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         if verdict == "compute":
             hit(m, "calls", "ATen/PyTorch compute is not allowed in C++; write it in your kernel")
         elif verdict == "thread":
-            pass  # reported by _CPP_POOLS, with its own reason
+            pass  # reported with the pools family's reason
         elif verdict == "dispatcher":
             hit(m, "uses", "the operator dispatcher is not allowed; write the computation yourself")
         elif verdict == "stream":
@@ -1590,30 +1498,19 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
     if not allow_libraries:
         for m in _CPP_LIBRARIES.finditer(text):  # with strings: #include "cublas_v2.h"
             hit(m, "uses", "library kernels are not allowed; write your own (allow_libraries is off)")
-    for m in _CPP_STREAMS.finditer(code):
-        hit(m, "uses", "extra streams, host callbacks, CUDA graphs and timing tricks are not allowed; launch on "
-                       "at::cuda::getCurrentCUDAStream()")
-    for m in _CPP_L2.finditer(code):
-        hit(m, "uses", "L2 persistence and device limits are not allowed; leave the cache alone")
-    for m in _CPP_PROCESS.finditer(code):
-        hit(m, "uses", "threads, processes and dynamic loading are not allowed")
-    for m in _CPP_POOLS.finditer(text):  # with strings: _Pragma("omp task")
-        hit(m, "uses", "background work in thread pools and OpenMP tasks are not allowed (it can outlive the call); "
-                       "at::parallel_for and `#pragma omp parallel for` are")
+    for family, pattern in _CPP_FORBIDDEN:
+        for m in pattern.finditer(text if family.in_strings else code):  # with strings: _Pragma("omp task")
+            hit(m, "uses", family.reason)
     for m in _CPP_TRIGRAPH.finditer(src.raw):
         hit(m, "has the trigraph", "trigraphs change what the compiler reads; write the character itself")
     if _CPP_USING_STD.search(code):
-        for m in _CPP_BARE_THREAD.finditer(code):
-            hit(m, "uses", "threads, processes and dynamic loading are not allowed")
+        for family, pattern in _CPP_UNQUALIFIED_STD:
+            for m in pattern.finditer(code):
+                hit(m, "uses", family.reason)
     for m in _CPP_PRECISION.finditer(code):
         hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
     for m in _CPP_PTX_PRECISION.finditer(text):  # with strings: inline PTX
         hit(m, "uses", "half/bfloat16/tf32 is a precision downgrade; compute in float32")
-    for m in _CPP_MEMORY.finditer(code):
-        hit(m, "uses", "memory mapping, page protection, signal handlers and foreign memory are not allowed; "
-                       "allocate outputs with torch::empty")
-    for m in _CPP_FILES.finditer(text):  # with strings: #include <fstream>
-        hit(m, "uses", "file access is not allowed; use only your inputs")
     for m in _CPP_SYSCALL_TEXT.finditer(text):
         hit(m, "uses", "system calls are not allowed; use only your inputs")
     for m in _CPP_EXTERN_C.finditer(text):
@@ -1625,9 +1522,9 @@ def _scan_cpp(src: _Source, allow_libraries: bool) -> list[str]:
         hit(m, "includes", "ATen's per-backend kernels and internals are ATen compute; write it in your kernel")
     for m in _CPP_COMPUTED_INCLUDE.finditer(text):
         hit(m, "has", "an #include must name its header in <> or quotes")
-    for m in _CPP_HOOKS.finditer(code):
-        hit(m, "uses", "operator registration, allocator hooks, load-time constructors and digraphs are not "
-                       "allowed; write plain kernels")
+    for m in _CPP_LOAD_TIME.finditer(code):
+        hit(m, "uses", "operator registration, load-time constructors and digraphs are not allowed; write plain "
+                       "kernels")
     for m in _CPP_MACRO_QUALIFIER.finditer(code):
         hit(m, "qualifies a name through", "a macro call before `::` hides what is called; write names out in full")
     for m in _CPP_PYTHON.finditer(code):
@@ -1789,10 +1686,12 @@ def _tensor_operator_matches(body: str, tensors: set) -> list:
 def _aten_verdict(root: str, path: list, name: str) -> str:
     """'ok', 'compute', 'dispatcher', 'stream' or 'library' for root::path::name in C++."""
     full = path + [name]
-    if _CPP_POOLS.fullmatch(name) or name == "launch":
+    if _CPP_POOL_NAMES.fullmatch(name):
         return "thread"
-    if name in _CPP_CUDA_FORBIDDEN:
-        return "library" if "Handle" in name else "stream"
+    if _CPP_STREAM_NAMES.fullmatch(name):
+        return "stream"
+    if name in _CPP_CUDA_HANDLES:
+        return "library"
     if any(p in ("blas", "cpublas") for p in full):
         return "library"
     if "_ops" in full:

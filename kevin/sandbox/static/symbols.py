@@ -9,22 +9,20 @@ parent lists the libraries the candidate process has mapped from the extension c
 
 Rejected: ATen operators outside the runtime inventory's allow-list (allocation, copies, views); ATen's
 per-backend kernels called without the dispatcher (``at::cpu::<op>``, ``at::cuda::<op>``, ...) and its native
-implementations (``at::native::``); C++ threads (``std::thread``, whose ``pthread_create`` happens inside
-libstdc++) and background work in ATen's, c10's and OpenMP's thread pools (``at::launch``, ``c10::ThreadPool``,
-OpenMP tasks; ``FORBIDDEN_POOLS``), with the calls that change their thread counts; Python C-API functions outside
-the allow-list of what pybind11's bindings import (``PYTHON_ALLOWED``: no ``PyRun_*``, ``PyImport_*``,
-``PyEval_GetFrame``, ``PyObject_Call``, ...; the same table for both backends); libc functions for files, memory mapping, signals, processes, threads, dynamic loading and raw
-system calls (on CUDA less ``open`` and ``syscall``, which every honest build on the H200 image imports); and on
-CUDA the runtime's and the driver's streams, graphs, host callbacks, contexts, entry-point lookups, L2
-persistence calls and device limits (``FORBIDDEN_RUNTIME``, ``FORBIDDEN_DRIVER``). Not c10's stream pool:
-honest device guards import it (the comment at ``FORBIDDEN_DRIVER``).
+implementations (``at::native::``); Python C-API functions outside the allow-list of what pybind11's bindings import
+(``PYTHON_ALLOWED``: no ``PyRun_*``, ``PyImport_*``, ``PyEval_GetFrame``, ``PyObject_Call``, ...; the same table for
+both backends); and the imports of the forbidden native APIs of ``forbidden.py``, the table the source scan reads
+too: files, memory mapping and signals, processes, threads and dynamic loading, sockets, ptrace and limits, CUDA
+streams, graphs, host callbacks, contexts and entry points, L2 persistence and device limits, library thread pools,
+allocator and profiler hooks (with, per name, where the two checks differ: ``open`` and ``syscall`` stay allowed
+on CUDA, c10's stream pool is left to the scan).
 Python's C API can be judged only in part: pybind11's own binding code imports a few generic calls in every
 extension (``PYTHON_ALLOWED``'s comment says which), so the source scan stays the defence against those.
 
 Known false positive: on the H200 image (Ubuntu GCC 13.3, torch 2.11) an honest CPU extension imports ``open``
-and ``syscall`` as well, so the CPU backend rejects honest kernels built there (``benchmarks/results/
-sandbox_h200.md``; the source is not found: GCC 12 with torch 2.11's headers imports neither). The
-CPU machines this backend is for (GCC 12, torch 2.13) are not affected.
+and ``syscall`` as well, so the CPU backend rejects honest kernels built there
+(``benchmarks/results/sandbox_h200.md``; the source is not found: GCC 12 with torch 2.11's headers imports
+neither). The CPU machines this backend is for (GCC 12, torch 2.13) are not affected.
 """
 
 from __future__ import annotations
@@ -34,35 +32,8 @@ import re
 import shutil
 import subprocess
 
-FORBIDDEN_LIBC = frozenset("""
-fopen fopen64 freopen fdopen open open64 openat openat64 creat creat64 unlink unlinkat rename renameat
-renameat2 opendir readlink readlinkat mmap mmap64 mremap mprotect madvise sigaction signal sigset bsd_signal
-syscall pthread_create dlopen dlmopen dlsym dlvsym fork vfork clone execve execv execvp execvpe execl execlp
-execle system popen posix_spawn posix_spawnp shm_open memfd_create socket connect ptrace process_vm_readv
-process_vm_writev prctl setrlimit
-""".split())
-# Imported by every honest CUDA extension built on the H200 image (static code linked into the .so; the
-# list is in benchmarks/results/sandbox_h200_run7/cuda_symbols.txt), so the CUDA backend cannot forbid them.
-HONEST_CUDA_IMPORTS = frozenset({"open", "syscall"})
-FORBIDDEN_LIBC_CUDA = FORBIDDEN_LIBC - HONEST_CUDA_IMPORTS
-# The CUDA driver API's and runtime's streams, graphs (not graphics interop), host callbacks, contexts (green
-# ones too), entry-point lookups, L2 persistence and device limits: by prefix, so that the per-thread (``_ptsz``)
-# and versioned (``_v2``) names are caught. libcuda and libcudart.so.13 are linked dynamically, so each call is
-# an import. Of the runtime's (C, unmangled) names, honest builds import only the ``__cuda*`` registration and
-# launch functions and ``cudaGetLastError`` (read from an honest build's imports). The GPU
-# tests' attack library imports ``cudaStreamCreateWithFlags`` and the L2 calls, which this check rejects; its
-# dynamic-gate tests run with the check off (``kernel_inventory=False``). c10's stream pool
-# (``c10::cuda::getStreamFromPool``) cannot be judged here: every ``CUDAGuard`` or ``OptionalCUDAGuard`` imports
-# it through ``CUDAGuardImpl``'s inline virtual functions, so only the static layer forbids calling it. Linked
-# statically (``-cudart static`` in the flags), the runtime's calls are defined inside the library, not imported;
-# such a library is still rejected, for the libc functions the static runtime imports (``dlopen``,
-# ``pthread_create``), not for its streams.
-FORBIDDEN_DRIVER = re.compile(
-    r"^cu(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|CtxCreate|GreenCtx"
-    r"|GetProcAddress|CtxResetPersistingL2Cache|StreamSetAttribute|CtxSetLimit)")
-FORBIDDEN_RUNTIME = re.compile(
-    r"^cuda(StreamCreate|StreamBeginCapture|Graph(?!ics)|LaunchHostFunc|StreamAddCallback|ExecutionCtx"
-    r"|GetDriverEntryPoint|CtxResetPersistingL2Cache|StreamSetAttribute|DeviceSetLimit)")
+from kevin.sandbox.static import forbidden
+
 _ATEN = re.compile(r"\bat::_ops::(\w+)::(?:call|redispatch)\b")
 # ATen's per-backend kernels, called without the dispatcher (``at::cpu::clamp_min`` from
 # ``<ATen/ops/clamp_min_cpu_dispatch.h>``), and its native implementations.
@@ -70,26 +41,6 @@ _ATEN_BACKEND = re.compile(
     r"^at::(cpu|cuda|meta|mps|xpu|compositeexplicitautograd\w*|compositeimplicitautograd\w*|quantized\w*"
     r"|sparse\w*|mkldnn\w*|nestedtensor\w*)::(\w+)\(")
 _ATEN_NATIVE = re.compile(r"^at::native::(\w+)")
-# C++ threads (``std::thread`` starts its thread inside libstdc++, so ``pthread_create`` is not imported).
-FORBIDDEN_CPP = ("std::thread::_M_start_thread", "std::thread::detach", "std::jthread", "std::__future_base")
-# Background work in library thread pools: ATen's and c10's pools (``at::launch``, ``at::intraop_launch``,
-# ``c10::ThreadPool``), which run work after the call has returned, and the calls that change the pools' thread
-# counts. OpenMP tasks, target regions and thread-count settings (libgomp's and LLVM's), and C11 threads.
-# ``at::parallel_for`` and ``#pragma omp parallel for`` end before the call returns and import none of these.
-FORBIDDEN_POOLS = re.compile(
-    r"^(?:vtable for |typeinfo for |VTT for |construction vtable for )?"
-    r"(?:c10::(?:\w+::)*(?:Task)?ThreadPool\w*|at::PTThreadPool|at::(?:internal::)?(?:launch|intraop_launch\w*"
-    r"|launch_no_thread_state|set_num_threads|set_num_interop_threads|_?get_\w*pool\w*)\b)"
-    r"|^(?:omp_set_\w+|GOMP_task\w*|GOMP_target\w*|__kmpc_omp_task\w*|__kmpc_taskloop\w*|__kmpc_omp_target\w*"
-    r"|thrd_create)$")
-# Callbacks PyTorch runs inside the harness's own work: an allocator trace tracker or out-of-memory observer (called
-# on every allocation and free, the harness's included: a kernel launched from one runs after the timed window, and
-# can fingerprint the harness's buffers), memory history, profiler callbacks (on every operator),
-# thread-local debug info (memory reporting), allocator replacement.
-FORBIDDEN_HOOKS = re.compile(
-    r"(?:CachingAllocator\w*::(?:attach\w*|recordHistory|setAllocatorSettings|\w*[Tt]racker\w*)"
-    r"|AllocatorTraceTracker|OutOfMemoryObserver|ThreadLocalDebugInfo|DebugInfoGuard|MemoryReportingInfoBase"
-    r"|reportMemoryUsage|at::addGlobalCallback|at::addThreadLocalCallback|c10::SetAllocator|c10::SetCPUAllocator)")
 # Python's C API: an ALLOW-list. pybind11's binding code and torch's casters import these in every honest build
 # (CPU and CUDA link the same main.cpp bindings; a .cu unit that includes <torch/extension.h> imports a subset):
 # the exact names below were read with ``nm -D --undefined-only`` from honest load_inline builds (ReLU, Linear +
@@ -231,11 +182,53 @@ def undefined_symbols(path: str) -> list[str] | None:
     return [line.split(None, 1)[1].split("@")[0].strip() for line in out.splitlines() if len(line.split(None, 1)) == 2]
 
 
+# What a C++ class's import may start with besides its name.
+_CLASS_DATA = r"(?:vtable for |typeinfo for |typeinfo name for |VTT for |construction vtable for )?"
+
+
+def _family_pattern(family: forbidden.Family, backend: str) -> re.Pattern | None:
+    """The imports of ``family`` the symbol check rejects on ``backend``: anchored at the symbol's start (after a
+    vtable's or typeinfo's words) and ending at a word's end, or anywhere in it for a family judged ``anywhere``."""
+    alternatives = []
+    for api in family.apis:
+        if backend == "cuda" and not api.cuda:
+            continue
+        allowed = "".join(f"(?!{forbidden.pattern(a)})" for a in api.import_allows)
+        alternatives += [allowed + forbidden.pattern(imp) for imp in api.symbols]
+    if not alternatives:
+        return None
+    body = "|".join(alternatives)
+    return re.compile(f"(?:{body})" if family.anywhere else rf"^{_CLASS_DATA}(?:{body})(?!\w)")
+
+
+FORBIDDEN = {backend: [(f, p) for f in forbidden.FAMILIES if (p := _family_pattern(f, backend)) is not None]
+             for backend in ("cpu", "cuda")}
+_CUDA_RUNTIME, _CUDA_DRIVER = re.compile(r"^cuda[A-Z]"), re.compile(r"^cu[A-Z]")
+
+
+def forbidden_imports(symbol: str, backend: str) -> list[str]:
+    """The reasons ``symbol`` (one demangled undefined symbol) may not be imported, one per family it belongs to.
+
+    >>> forbidden_imports("mmap", "cuda")
+    [' (memory mapping, page protection, signal handlers and foreign memory are not allowed; allocate outputs with torch::empty)']
+    >>> forbidden_imports("open", "cuda"), forbidden_imports("cudaGraphicsMapResources", "cuda")
+    ([], [])
+    >>> forbidden_imports("cudaStreamCreateWithFlags", "cuda")[0].split(" (")[0]
+    ' from the CUDA runtime'
+    """
+    out = []
+    for family, rx in FORBIDDEN[backend]:
+        if rx.search(symbol):
+            source = (" from the CUDA runtime" if _CUDA_RUNTIME.match(symbol) else
+                      " from the CUDA driver" if _CUDA_DRIVER.match(symbol) else "")
+            out.append(f"{source} ({family.reason})")
+    return out
+
+
 def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
     """(messages, checked): what the libraries import that a kernel may not; checked is False without nm."""
     out: list[str] = []
     checked = True
-    forbidden = FORBIDDEN_LIBC if backend == "cpu" else FORBIDDEN_LIBC_CUDA
     for path in paths:
         symbols = undefined_symbols(path)
         if symbols is None:
@@ -252,22 +245,9 @@ def violations(paths: list[str], *, backend: str) -> tuple[list[str], bool]:
                 op = m.group(2) if m else _ATEN_NATIVE.match(s).group(1)
                 out.append(f"the built extension {name} calls ATen's kernel {s.split('(')[0]} (aten.{op}) "
                            "without the dispatcher (ATen compute is not allowed; write it in your kernel)")
-            if FORBIDDEN_HOOKS.search(s):
-                out.append(f"the built extension {name} imports {s.split('(')[0]} (callbacks inside PyTorch's "
-                           "allocator, profiler or debug info run during the sandbox's own work: not allowed)")
-            if s.startswith(FORBIDDEN_CPP) or FORBIDDEN_POOLS.match(s):
-                out.append(f"the built extension {name} imports {s.split('(')[0]} (threads and background work in "
-                           "thread pools are not allowed)")
             bare = s.split("(")[0]
             if _PYTHON.match(bare) and not python_api_allowed(bare):
                 out.append(f"the built extension {name} imports {bare} from Python's C API (only what pybind11's "
                            "bindings use is allowed: no running code, imports, frames or interpreter state)")
-            if bare in forbidden:
-                out.append(f"the built extension {name} imports {bare} (files, memory mapping, signals, processes "
-                           "and system calls are not allowed)")
-            if FORBIDDEN_DRIVER.match(bare) or FORBIDDEN_RUNTIME.match(bare):
-                source = "the CUDA driver" if FORBIDDEN_DRIVER.match(bare) else "the CUDA runtime"
-                out.append(f"the built extension {name} imports {bare} from {source} (extra streams, host callbacks, "
-                           "contexts, graphs, L2 persistence and device limits, stack and heap sizes included, are "
-                           "not allowed; launch on at::cuda::getCurrentCUDAStream())")
+            out += [f"the built extension {name} imports {bare}{why}" for why in forbidden_imports(s, backend)]
     return sorted(set(out)), checked

@@ -1,4 +1,4 @@
-"""check_format: honest candidates pass, and one candidate per hack in sandbox-threats.md §3 is rejected.
+"""check_format: honest candidates pass, and one candidate per attack of docs/threat-model.md is rejected.
 
 Every attack is built from the honest element-wise-add candidate by changing one thing, so a rejection
 can only come from that change. Assertions look for the offending name in the messages.
@@ -402,7 +402,7 @@ def test_rejects_cpp_stream_creation():
 
 
 def test_rejects_a_driver_api_stream():
-    # cuStreamCreate through libcuda: the runtime's name is not the only way to a second stream (a review's finding)
+    # cuStreamCreate through libcuda: the runtime's name is not the only way to a second stream
     extra = "CUstream s; cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);"
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "cuStreamCreate")
 
@@ -700,8 +700,8 @@ def test_cpu_backend_rejects_cuda_sources():
 
 
 def test_rejects_aten_call_hidden_behind_a_dispatch_key_guard_and_a_qualifying_macro():
-    # Red-team finding: `#define QUAL(a, b) a::b` hid `at::matmul` from the scan, and excluding the Python
-    # dispatch keys hid it from the runtime operator inventory.
+    # `#define QUAL(a, b) a::b` hides `at::matmul` from a scan that looks for `at::`, and excluding the Python
+    # dispatch keys hides it from the runtime operator inventory.
     body = '''#include <c10/core/impl/LocalDispatchKeySet.h>
 #define QUAL(a, b) a::b
 
@@ -723,7 +723,7 @@ def test_accepts_ordinary_function_like_macros():
     assert check_format(src, backend="cpu") == []
 
 
-# --- found by the second red-team review: lazy outputs, files, the harness's Python objects -----------
+# --- lazy outputs, files, the harness's Python objects ---------------------------------------------------
 
 
 def test_rejects_cpp_memory_mapping_of_a_lazily_computed_output():
@@ -773,7 +773,7 @@ def test_rejects_python_output_in_numpy_memory():
     assert has(v, "torch.from_numpy")
 
 
-# --- found by the third red-team review: spellings that hid the banned names ---------------------------
+# --- spellings that hide the banned names ---------------------------------------------------------------
 
 
 def test_rejects_a_macro_call_that_spells_a_namespace():
@@ -812,11 +812,11 @@ def test_rejects_private_dispatch_internals_anywhere_in_the_file():
     assert has(v, "torch._C._DisableTorchDispatch")
 
 
-# --- red team, stop 13 ------------------------------------------------------------------------------
+# --- computed attributes, numpy, the sandbox's own package, ATen by lookup and includes, bare threads ----
 
 
 def test_rejects_getattr_with_a_computed_name_on_any_object():
-    # getattr(gen, "gi" + "_frame") walked up to the timing loop's frame (a red-team finding)
+    # getattr(gen, "gi" + "_frame") walks up to the timing loop's frame
     v = check_format(cuda_candidate(forward='''
         g = (i for i in range(1))
         frame = getattr(g, "gi" + "_frame")
@@ -833,7 +833,7 @@ def test_rejects_getattr_of_a_literal_frame_attribute():
 
 
 def test_rejects_tensors_handed_to_numpy_without_importing_it():
-    # x.numpy() dispatches no operator; ndarray methods then compute unseen (a red-team finding used np.matmul)
+    # x.numpy() dispatches no operator; ndarray methods (np.matmul, .dot) then compute unseen
     v = check_format(cuda_candidate(forward='''
         box = {0: a}
         out = self.ext.add_forward(a, b)
@@ -875,7 +875,7 @@ def test_rejects_an_include_through_a_function_like_macro():
 
 
 def test_rejects_a_thread_spelled_without_std_after_using_namespace_std():
-    extra = "}\nusing namespace std;\nvoid spawn() { thread([] {}).detach();"  # a red-team finding
+    extra = "}\nusing namespace std;\nvoid spawn() { thread([] {}).detach();"
     assert has(check_format(cuda_candidate(cuda_extra=extra)), "threads, processes")
 
 
