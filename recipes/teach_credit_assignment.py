@@ -12,10 +12,10 @@ from K on turn 1. With gamma = 0 (each turn rewarded only by its own score, the 
 "greedy" baseline) every turn-1 sample has return 0: nothing tells the policy which first answer was
 good, and the unlock rate stays where it started. The table printed at the end shows both.
 
-Everything except the environment is the library's own training path, exactly as in
-``train_multiturn.py``: ``rollout`` -> ``turn_scores`` (``kernel_score``) -> ``aggregate_rewards`` ->
-``group_advantages`` (one group per task over all G*T samples) -> ``split_trajectories`` -> ``collate``
--> old log-probs -> two mini-batch ``grpo_loss`` steps. The environment plugs in through rollout's
+Everything except the environment is the library's own training path, as in ``train_multiturn.py``:
+``rollout`` -> ``rewarded_samples`` (the reward path the training recipes call: ``turn_scores`` ->
+``aggregate_rewards`` -> ``group_advantages``, one group per task over all G*T samples -> ``split_trajectories``)
+-> ``collate`` -> old log-probs -> two mini-batch ``grpo_loss`` steps. The environment plugs in through rollout's
 ``build_messages`` / ``parse_response`` hooks and a sandbox object with ``evaluate_many``. The tiny
 policy is the random 2-layer Qwen2 of ``kevin.core.policy.tiny``; each answer is exactly one token
 (``TokenPolicy``), so nothing is ever truncated. The same code, with ``--env target`` and one turn,
@@ -43,17 +43,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, micro_batches, response_logprobs
-from kevin.core.run.cli import ConfigError, parse_config
 from kevin.core.loss import grpo_loss
 from kevin.core.policy import TransformersPolicy
-from kevin.rewards.rescore import turn_scores
-from kevin.core.rollout import rollout
-from kevin.core.split import group_labels, split_trajectories
 from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+from kevin.core.rollout import rollout
+from kevin.core.run.cli import ConfigError, parse_config
 from kevin.data.task import Task
-from kevin.rewards import aggregate_rewards
+from kevin.rewards.samples import rewarded_samples
 from kevin.sandbox.result import EvalResult
 
 
@@ -168,11 +165,9 @@ def train(cfg: Config, gamma: float) -> list[dict[str, float]]:
         trajectories = rollout(policy, tasks, SyntheticSandbox(cfg.env), n_trajectories=cfg.n_trajectories,
                                n_turns=cfg.n_turns, backend="cpu", build_messages=build_messages,
                                parse_response=parse_response, progress=False)
-        scores = torch.tensor(turn_scores(trajectories))  # [B*G, T]
-        returns = aggregate_rewards(scores, gamma=gamma, mode="sum")  # [B*G, T]
-        advantages = group_advantages(returns.flatten(), group_labels(trajectories))  # [N]
-        samples = split_trajectories(trajectories, returns.flatten(), advantages)
-        batch = collate(samples, tokenizer.pad_token_id)
+        rewarded = rewarded_samples(trajectories, gamma=gamma, mode="sum")  # the recipes' own reward path
+        scores, returns = rewarded.scores, rewarded.returns  # [B*G, T]
+        batch = collate(rewarded.samples, tokenizer.pad_token_id)
         # old log-probs once, then two gradient steps on two mini-batches (the paper's 1 on- + 1 off-policy)
         with torch.no_grad():
             old = response_logprobs(model, batch, temperature=cfg.temperature)  # [N, L]
