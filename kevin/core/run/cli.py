@@ -1,45 +1,44 @@
-"""Command-line overrides for a recipe's ``Config`` dataclass: ``--field value`` or ``--field=value``.
+"""A recipe's command line: its ``Config`` dataclass as options, through transformers' ``HfArgumentParser``.
 
-Every field of the dataclass is an option, typed from its annotation (``int``, ``float``, ``str``,
-``bool``, and ``X | None`` of those). The docstring written under a field (cleanrl style) is its help
-text. Unknown fields and values of the wrong type are errors, never silently ignored: a typo in an
-ablation flag would otherwise run the paper's default and look like a result.
+Every field is an option, ``--field value``, ``--field=value`` or ``--field-name value``, typed from its annotation
+(``int``, ``float``, ``str``, ``bool``, ``Literal[...]`` and ``X | None``; ``none`` sets an optional field to None; a
+bare boolean ``--flag`` means true). The docstring written under a field is its ``--help`` text. ``--config
+file.yaml`` reads options from a YAML mapping ``field: value``, through the same typed options; the command line
+wins over it. Unknown options or keys, badly typed values and an option given twice are a `ConfigError`, never
+ignored: a typo in an ablation flag would otherwise run the paper's default and look like a result.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
 ... class C:
 ...     steps: int = 40
-...     '''number of RL steps'''
 ...     gamma: float = 0.4
 ...     lora: bool = False
-...     speedup_cap: float | None = None
+...     speedup_cap: float | None = 2.0
 >>> parse_config(C, ["--steps", "2", "--gamma=0.8", "--lora", "--speedup_cap", "none"])
 C(steps=2, gamma=0.8, lora=True, speedup_cap=None)
-
-Booleans accept ``true/false/1/0/yes/no``; a bare ``--flag`` means true. ``none`` (any case) sets an
-optional field to None. Dashes and underscores in names are interchangeable (``--max-new-tokens``).
-Standard library only.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
 import logging
 import os
 import sys
 import textwrap
-import types
 import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["ConfigError", "parse_config", "field_docs", "config_help", "parse_value", "log_to_stderr"]
+__all__ = ["ConfigError", "parse_config", "parse_run_config", "field_docs", "check_training_config", "log_to_stderr"]
 
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
+
+class ConfigError(ValueError):
+    """An unknown option, a missing value, or a value that does not fit the field's type."""
 
 
 def log_to_stderr(level: int | str = logging.INFO) -> None:
@@ -58,155 +57,137 @@ def log_to_stderr(level: int | str = logging.INFO) -> None:
         log.addHandler(handler)
 
 
-class ConfigError(ValueError):
-    """An unknown option, a missing value, or a value that does not fit the field's type."""
-
-
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """``X | None`` -> (X, True); ``X`` -> (X, False)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) != 1:
-            raise ConfigError(f"unsupported field type {tp!r}: only X | None unions are supported")
-        return args[0], len(args) != len(typing.get_args(tp))
-    return tp, False
-
-
-def parse_value(text: str, tp: Any, *, name: str = "value") -> Any:
-    """Convert the command-line string ``text`` to the annotated type ``tp``.
-
-    >>> parse_value("3", int), parse_value("no", bool), parse_value("None", float | None)
-    (3, False, None)
-    """
-    base, optional = _unwrap_optional(tp)
-    if optional and text.strip().lower() == "none":
-        return None
-    if typing.get_origin(base) is typing.Literal:
-        choices = typing.get_args(base)
-        if text not in choices:
-            raise ConfigError(f"--{name}: {text!r} is not one of {list(choices)}")
-        return text
-    if base is bool:
-        low = text.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise ConfigError(f"--{name}: expected a boolean (true/false), got {text!r}")
-    if base in (int, float, str):
-        try:
-            return base(text)
-        except ValueError:
-            raise ConfigError(f"--{name}: expected {base.__name__}, got {text!r}") from None
-    raise ConfigError(f"--{name}: unsupported field type {tp!r}")
-
-
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each field of a dataclass, by field name ('' when absent)."""
+    """The docstring written under each field of a dataclass (or of the dataclass it extends), by name ('' if none)."""
     docs = {f.name: "" for f in dataclasses.fields(cls)}
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):  # defined in a REPL or a doctest: no source to read
-        return docs
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str) and node.target.id in docs):
-            docs[node.target.id] = inspect.cleandoc(nxt.value.value)
+    for klass in reversed(cls.__mro__):  # a subclass's docstring of a field replaces its base's
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):  # object, or a class defined in a REPL or a doctest: no source to read
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in docs
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(nxt.value.value)
     return docs
 
 
-def config_help(cls: type, defaults: Mapping[str, Any] | None = None) -> str:
-    """A help text listing every option with its type, default and docstring."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    lines = [f"options of {cls.__name__} (--field value or --field=value):"]
-    for f in dataclasses.fields(cls):
-        default = (defaults or {}).get(f.name, f.default)
-        tname = getattr(hints[f.name], "__name__", str(hints[f.name]))
-        lines.append(f"  --{f.name} ({tname}, default {default!r})")
-        if docs[f.name]:
-            lines.extend("      " + ln for ln in docs[f.name].splitlines())
-    return "\n".join(lines)
+def _or_none(convert: Any) -> Any:
+    """``convert``, except that ``none`` (any case) gives None: the type of an ``X | None`` option."""
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() == "none" else convert(text)
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names it in "invalid <name> value"
+    return parse
+
+
+def _parser(cls: type, defaults: Mapping[str, Any]) -> Any:
+    from transformers import HfArgumentParser
+
+    class Parser(HfArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:
+            raise ConfigError(message)
+
+    parser = Parser(cls, allow_abbrev=False, description=f"Every field of {cls.__name__} is an option.")
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    for action in parser._actions:
+        if action.dest in docs and action.option_strings[0] == f"--{action.dest}":
+            action.help = docs[action.dest].replace("%", "%%") or "(undocumented)"
+            if type(None) in typing.get_args(hints[action.dest]) and action.type is not None:
+                action.type = _or_none(action.type)
+        elif action.dest in docs:  # HfArgumentParser's --no_<field> of a boolean that defaults to true: unlisted
+            action.help = argparse.SUPPRESS
+    parser.add_argument("--config", metavar="FILE.yaml", help="read options from this YAML file, a mapping of "
+                        "field: value (the command line wins)")
+    unknown = sorted(set(defaults) - set(docs))
+    if unknown:
+        raise ConfigError(f"defaults for unknown fields {unknown} of {cls.__name__}")
+    parser.set_defaults(**defaults)
+    return parser
+
+
+def _unknown(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=3)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _file_argv(path: str, names: Sequence[str]) -> list[str]:
+    """The options of a YAML file as ``--field=value`` arguments."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(data).__name__}")
+    argv = []
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"--config {path}: unknown key {key!r}{_unknown(name, names)}")
+        if isinstance(value, (list, dict)):
+            raise ConfigError(f"--config {path}: {key} must be a single value, got {value!r}")
+        argv.append(f"--{name}=" + ("none" if value is None else str(value).lower() if isinstance(value, bool)
+                                    else str(value)))
+    return argv
+
+
+def _parse(cls: type, argv: Sequence[str], defaults: Mapping[str, Any]) -> Any:
+    parser = _parser(cls, defaults)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    given = [parser._option_string_actions[a.split("=", 1)[0]].dest for a in argv
+             if a.split("=", 1)[0] in parser._option_string_actions]
+    twice = sorted({d for d in given if given.count(d) > 1})
+    if twice:
+        raise ConfigError(f"option --{twice[0]} given twice")
+    args, rest = parser.parse_known_args(argv)
+    for arg in rest:
+        if arg.startswith("-"):
+            name = arg.lstrip("-").split("=", 1)[0]
+            raise ConfigError(f"unknown option --{name} for {cls.__name__}{_unknown(name.replace('-', '_'), names)}")
+        raise ConfigError(f"unexpected argument {arg!r}: options are --field value")
+    if args.config:  # the file's options under the command line's: parsed alone first, to name the file in errors
+        from_file = _file_argv(args.config, names)
+        try:
+            parser.parse_args(from_file)
+        except ConfigError as exc:
+            raise ConfigError(f"--config {args.config}: {exc}") from None
+        args = parser.parse_args([*from_file, *argv])
+    return cls(**{name: getattr(args, name) for name in names})
 
 
 def parse_config(cls: type, argv: Sequence[str], *, defaults: Mapping[str, Any] | None = None) -> Any:
-    """Build ``cls(**defaults, **overrides from argv)``.
-
-    ``defaults`` replaces the dataclass's own defaults for the fields it names (a recipe uses this for
-    its CPU-sized preset); anything given on the command line still wins. Raises ``ConfigError`` for an
-    unknown option, a positional argument, a repeated option or a badly typed value. ``--help`` raises
-    ``SystemExit`` after printing :func:`config_help`.
-    """
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    values: dict[str, Any] = {}
-    for key, val in (defaults or {}).items():
-        if key not in names:
-            raise ConfigError(f"default for unknown field {key!r} of {cls.__name__}")
-        values[key] = val
-    given: set[str] = set()
-    i, argv = 0, list(argv)
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-h", "--help"):
-            print(config_help(cls, values))
-            raise SystemExit(0)
-        if not arg.startswith("--"):
-            raise ConfigError(f"unexpected positional argument {arg!r}; use --field value")
-        key, eq, text = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if key not in names:
-            close = [n for n in sorted(names) if n.startswith(key[:3])]
-            raise ConfigError(f"unknown option --{key} for {cls.__name__}" + (f" (did you mean {close}?)" if close else ""))
-        if key in given:
-            raise ConfigError(f"option --{key} given twice")
-        given.add(key)
-        base, _ = _unwrap_optional(hints[key])
-        if not eq:
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if base is bool and (nxt is None or nxt.startswith("--")):
-                values[key] = True  # bare flag
-                i += 1
-                continue
-            if nxt is None:
-                raise ConfigError(f"option --{key} needs a value")
-            text = nxt
-            i += 1
-        values[key] = parse_value(text, hints[key], name=key)
-        i += 1
-    return cls(**values)
+    """``cls`` from the command line ``argv`` over ``defaults`` (field -> value, e.g. a recipe's preset) over the
+    dataclass's own defaults. ``--help`` prints every option with its docstring and the default that applies, and
+    exits. Raises `ConfigError` for any mistake."""
+    return _parse(cls, argv, dict(defaults or {}))
 
 
 def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
-    """A training recipe's config: the command line over, in order, the run's saved ``config.json`` (with
-    ``--resume``, so that a run continues with its own settings), the preset of its ``--model`` (``presets``:
-    model name -> field defaults, e.g. the CPU-sized "tiny" one) and the dataclass's defaults.
+    """A training recipe's config: the command line (and its ``--config`` file) over, in order, the run's saved
+    ``config.json`` (with ``--resume``, so that a run continues with its own settings), the preset of its ``--model``
+    (``presets``: model name -> field defaults, e.g. the CPU-sized "tiny" one) and the dataclass's defaults.
 
     ``cls`` needs the fields ``model``, ``resume`` and ``output_dir``. The saved config is the ``config.json`` of the
     run that wrote the checkpoint (``<output_dir>/config.json`` for ``--resume latest``; two levels above a checkpoint
     directory); its ``model`` picks the preset. The saved ``resume`` and ``overwrite`` are not carried over, nor fields
     ``cls`` no longer has. ``--help`` lists the defaults that apply to this command line.
     """
-    wants_help = any(a in ("-h", "--help") for a in argv)
+    presets = presets or {}
     rest = [a for a in argv if a not in ("-h", "--help")]
-    base = parse_config(cls, rest)
-    defaults: dict[str, Any] = dict((presets or {}).get(base.model, {}))
-    base = parse_config(cls, rest, defaults=defaults)
-    if base.resume:
-        run_dir = Path(base.output_dir) if base.resume == "latest" else Path(base.resume).parent.parent
-        saved_path = run_dir / "config.json"
-        if saved_path.is_file():
-            names = {f.name for f in dataclasses.fields(cls) if f.init}
-            saved = json.loads(saved_path.read_text())
-            defaults = dict((presets or {}).get(saved.get("model", base.model), {}))  # the saved run's preset
-            defaults.update({k: v for k, v in saved.items() if k in names and k not in ("resume", "overwrite")})
-    if wants_help:
-        print(config_help(cls, defaults))
-        raise SystemExit(0)
-    return parse_config(cls, rest, defaults=defaults)
+    given = _parse(cls, rest, {})
+    defaults = dict(presets.get(given.model, {}))
+    given = _parse(cls, rest, defaults)  # the preset may name the output_dir that --resume latest reads
+    if given.resume:
+        run_dir = Path(given.output_dir) if given.resume == "latest" else Path(given.resume).parent.parent
+        if (run_dir / "config.json").is_file():
+            names = {f.name for f in dataclasses.fields(cls) if f.init} - {"resume", "overwrite"}
+            saved = json.loads((run_dir / "config.json").read_text())
+            defaults = dict(presets.get(saved.get("model", given.model), {}))  # the saved run's preset
+            defaults.update({k: v for k, v in saved.items() if k in names})
+    return _parse(cls, argv, defaults)
 
 
 def check_training_config(cfg: Any) -> None:

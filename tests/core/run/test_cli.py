@@ -1,10 +1,11 @@
-"""parse_config: every field is an option typed from its annotation; mistakes are errors."""
+"""parse_config (transformers' HfArgumentParser underneath): every field is an option typed from its annotation, its
+docstring is its help, ``--config file.yaml`` reads options from a file; mistakes are errors."""
 
 from dataclasses import dataclass
 
 import pytest
 
-from kevin.core.run.cli import ConfigError, config_help, field_docs, parse_config
+from kevin.core.run.cli import ConfigError, field_docs, parse_config
 
 
 @dataclass(frozen=True)
@@ -48,22 +49,29 @@ def test_dashes_in_names_are_read_as_underscores():
     assert parse_config(Cfg, ["--speedup-cap", "2.5"]).speedup_cap == 2.5
 
 
-def test_unknown_option_is_an_error():
-    with pytest.raises(ConfigError, match="unknown option --stepz"):
+def test_unknown_option_is_an_error_that_names_the_close_ones():
+    with pytest.raises(ConfigError, match=r"unknown option --stepz for Cfg \(did you mean steps\?\)"):
         parse_config(Cfg, ["--stepz", "3"])
 
 
+def test_a_prefix_of_an_option_is_not_taken_for_it():
+    with pytest.raises(ConfigError, match="unknown option --step "):
+        parse_config(Cfg, ["--step", "3"])  # argparse's abbreviations are off
+
+
 def test_badly_typed_value_is_an_error():
-    with pytest.raises(ConfigError, match="expected int"):
+    with pytest.raises(ConfigError, match="argument --steps: invalid int value: '2.5'"):
         parse_config(Cfg, ["--steps", "2.5"])
-    with pytest.raises(ConfigError, match="expected a boolean"):
+    with pytest.raises(ConfigError, match="argument --lora: Truthy value expected: got maybe"):
         parse_config(Cfg, ["--lora", "maybe"])
+    with pytest.raises(ConfigError, match="invalid float value: 'nope'"):
+        parse_config(Cfg, ["--speedup_cap", "nope"])  # an optional field takes a number or none
 
 
 def test_missing_value_and_positional_arguments_are_errors():
-    with pytest.raises(ConfigError, match="needs a value"):
+    with pytest.raises(ConfigError, match="argument --steps: expected one argument"):
         parse_config(Cfg, ["--steps"])
-    with pytest.raises(ConfigError, match="positional"):
+    with pytest.raises(ConfigError, match="unexpected argument 'steps=3'"):
         parse_config(Cfg, ["steps=3"])
 
 
@@ -78,10 +86,63 @@ def test_preset_defaults_apply_but_the_command_line_wins():
     assert parse_config(Cfg, ["--steps", "5"], defaults=preset) == Cfg(steps=5, mode="max")
 
 
-def test_field_docstrings_become_help_text():
+def test_field_docstrings_become_help_text(capsys):
     docs = field_docs(Cfg)
     assert docs["steps"] == "RL steps" and docs["mode"] == ""
-    assert "--speedup_cap" in config_help(Cfg) and "None = no cap" in config_help(Cfg)
+    with pytest.raises(SystemExit) as exc:
+        parse_config(Cfg, ["--help"], defaults={"steps": 3})
+    text = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0
+    assert "--steps STEPS RL steps (default: 3)" in text  # the default that applies: the preset's
+    assert "cap on the speedup term; None = no cap (default: None)" in text and "--config FILE.yaml" in text
+
+
+@dataclass(frozen=True)
+class Longer(Cfg):
+    steps: int = 2
+    """RL steps of the short variant"""
+    extra: str = "x"
+    """a field of the subclass"""
+
+
+def test_a_subclass_keeps_its_bases_docstrings_and_overrides_its_own():
+    docs = field_docs(Longer)
+    assert (docs["steps"], docs["gamma"], docs["extra"]) == ("RL steps of the short variant",
+                                                             "discount of later turns' scores", "a field of the subclass")
+    assert parse_config(Longer, ["--extra", "y"]) == Longer(extra="y")
+
+
+# --------------------------------------------------------------------------- --config file.yaml
+
+
+def test_a_yaml_file_gives_options_and_the_command_line_wins(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 7\ngamma: 1\nlora: true\nspeedup-cap: null\nmode: max\n")
+    assert parse_config(Cfg, ["--config", str(path)]) == Cfg(steps=7, gamma=1.0, lora=True, mode="max")
+    assert parse_config(Cfg, ["--config", str(path), "--steps", "9"]).steps == 9
+    assert parse_config(Cfg, ["--steps=9", f"--config={path}"]).steps == 9  # wherever it stands
+    assert parse_config(Cfg, ["--config", str(path)], defaults={"steps": 3, "mode": "sum"}).steps == 7  # over presets
+
+
+@pytest.mark.parametrize("text, message", [
+    ("stepz: 3\n", "unknown key 'stepz' (did you mean steps?)"),
+    ("steps: three\n", "argument --steps: invalid int value: 'three'"),
+    ("lora: maybe\n", "argument --lora: Truthy value expected"),
+    ("steps: [1, 2]\n", "steps must be a single value"),
+    ("- steps\n", "expected a mapping of field: value, got list"),
+    ("steps: [1\n", "while parsing"),
+])
+def test_a_wrong_yaml_file_is_an_error_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        parse_config(Cfg, ["--config", str(path)])
+    assert str(info.value).startswith(f"--config {path}: ") and message in str(info.value)
+
+
+def test_a_missing_yaml_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="No such file"):
+        parse_config(Cfg, ["--config", str(tmp_path / "absent.yaml")])
 
 
 def test_help_exits_cleanly(capsys):
@@ -154,6 +215,17 @@ def test_resume_reads_the_runs_config_under_the_command_line(tmp_path):
     again = parse_run_config(Run, ["--resume", "latest", "--output_dir", str(tmp_path), "--gamma", "0.5"],
                              presets=presets)
     assert again.gamma == 0.5  # the command line wins over the saved config
+
+
+def test_under_resume_a_yaml_file_is_over_the_saved_config_and_may_name_the_run(tmp_path):
+    import json
+
+    from kevin.core.run.cli import parse_run_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model": "big", "gamma": 0.2, "steps": 5}))
+    (tmp_path / "more.yaml").write_text(f"output_dir: {tmp_path}\nresume: latest\nsteps: 8\n")
+    cfg = parse_run_config(Run, ["--config", str(tmp_path / "more.yaml")], presets={"tiny": {"steps": 3}})
+    assert (cfg.model, cfg.gamma, cfg.steps, cfg.resume) == ("big", 0.2, 8, "latest")
 
 
 def test_resume_from_a_checkpoint_reads_the_config_two_levels_up(tmp_path):
