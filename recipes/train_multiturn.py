@@ -1,68 +1,56 @@
 """Kevin: multi-turn RL for writing kernels (arXiv 2507.11948), as one script that reads like the paper.
 
-Each step: sample 8 tasks -> for each, 16 trajectories of 4 turns (the model writes a kernel, the sandbox
-compiles, checks and times it, the feedback goes into the next turn's prompt) -> score every kernel
-S = 0.3 * correct + speedup * correct -> every turn's return is the discounted sum of its own and later
-scores (gamma 0.4) -> advantages normalised per task over all 16 * 4 samples -> every turn is one
-training sample -> log-probs of the behaviour policy -> two gradient steps (GRPO, clip 0.2 / 0.28,
-no KL) -> log -> checkpoint.
+Each RL step: 1. rollout: 8 tasks, 16 trajectories of 4 turns each (the model writes a kernel, the sandbox compiles,
+checks and times it, the feedback goes into the next turn's prompt); 2. rewards: every kernel scores
+S = 0.3 * correct + speedup * correct, every turn's return is the discounted sum of its own and later scores
+(gamma 0.4), advantages are normalised per task over its 16 * 4 samples, every turn is one sample; 3. update: the
+behaviour log-probs, then two gradient steps (GRPO, clip 0.2 / 0.28, no KL); 4. log, checkpoint.
 
-How it differs from the paper (kevin-method.md):
-1. The model: any Hugging Face causal LM, optionally with LoRA (the paper fully fine-tunes QwQ-32B with
-   DeepSpeed ZeRO-3 offload). Generation is transformers' own (the paper used vLLM).
-2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of
-   both computed before the first step: the first step is exactly on-policy, the second slightly off.
-3. Gradient clipping defaults to 0.05, the paper's stability fix (it pairs it with Dr. GRPO's constant
-   length normalisation: ``--loss_aggregation seq-mean-token-sum-norm``); Eq. 1's per-sequence token
-   mean stays the default. Learning rate 2e-6 constant after 3% warm-up (the blog's setting).
-4. Tasks are sharded across processes (one task per GPU with 8 GPUs, as in the paper); each process
-   generates and evaluates its own tasks on its own GPU; gradients are averaged by DDP.
+How it differs from the paper (docs/method.md):
+1. The model: any Hugging Face causal LM, optionally with LoRA (the paper fully fine-tunes QwQ-32B with DeepSpeed
+   ZeRO-3 offload). Generation is transformers' own (the paper used vLLM).
+2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of both computed
+   before the first step: the first step is exactly on-policy, the second slightly off.
+3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
+   seq-mean-token-sum-norm``; Eq. 1's token mean stays the default). lr 2e-6 constant after 3% warm-up (the blog's).
+4. Tasks are sharded across processes (one task per GPU with 8 GPUs, as in the paper); each process generates and
+   evaluates its own tasks on its own GPU; gradients are averaged by DDP.
 
-Launch:
+Launch (``--help``: every option, with its documentation; ``--config file.yaml``: options from a file):
     python recipes/train_multiturn.py                       # CPU: tiny random policy, CPU sandbox, minutes
     python recipes/train_multiturn.py --model Qwen/Qwen2.5-7B-Instruct --lora --backend cuda   # one GPU
-    accelerate launch --num_processes 8 recipes/train_multiturn.py --model Qwen/QwQ-32B --lora \\
-        --lora_rank 64 --backend cuda --output_dir runs/kevin-32b                               # 8 GPUs
+    accelerate launch --num_processes 8 recipes/train_multiturn.py --config recipes/configs/kevin-32b.yaml
     ... --resume latest                                       # continue the run in --output_dir exactly
-    ... --help                                                # every option, with its documentation
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kevin.core.advantages import group_advantages
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
-from kevin.core.run.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                                   restore_training_state, rng_state, save_checkpoint, training_state)
-from kevin.core.run.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
 from kevin.core.loss import grpo_loss
-from kevin.core.eval.metrics import metrics_dict
-from kevin.core.policy.models import ModelNameError, load_model
-from kevin.core.records import load_rollout, save_rollout
 from kevin.core.rollout import rollout
-from kevin.core.split import group_labels, split_trajectories
-from kevin.core.run.loggers import AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from
-from kevin.core.run.rundir import claim_output_dir, write_run_report
-from kevin.rewards import aggregate_rewards, turn_scores
+from kevin.core.run.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
+from kevin.core.run.learner import Learner, accelerator, build_learner
+from kevin.core.run.rundir import RunConfig, RunDir
+from kevin.rewards.samples import rewarded_samples
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(RunConfig):
     model: str = "tiny"
-    """"tiny" (random 2-layer Qwen2, CPU-sized), a Hugging Face id or path, or "random:qwen2.5-1.5b" /
-    "random:qwen2.5-7b" (that architecture, randomly initialised, with the tiny tokenizer: for speed tests)"""
+    """"tiny" (random 2-layer Qwen2, CPU-sized), a Hugging Face id or path, or "random:qwen2.5-7b" (random weights)"""
     lora: bool = False
     """train LoRA adapters (peft) instead of every weight (the paper fully fine-tunes)"""
     lora_rank: int = 32
@@ -74,8 +62,7 @@ class Config:
     tasks: str = "builtin"
     """"builtin" (our suite, train split) or a path / datasets id for kevin.data.load_tasks"""
     calibrate_tasks: bool = True
-    """drop loaded tasks that a fake passes (zeros, a constant, the input, a subsample: kevin.sandbox.calibrate),
-    e.g. a KernelBench task whose output is constant; the built-in suite is vetted by its tests"""
+    """drop loaded (not built-in) tasks that a fake kernel passes, e.g. a constant output (kevin.sandbox.calibrate)"""
     tasks_per_step: int = 8
     """B: tasks per step (paper: 8), sharded over processes"""
     n_trajectories: int = 16
@@ -98,8 +85,7 @@ class Config:
     generation_mode: str = "auto"
     """TransformersPolicy engine: auto, generate, static, continuous"""
     release_sampling_memory: bool = True
-    """free the static KV cache and fused weights for the training phase (7B x 16 rows: 10.6 GiB; the next rollout's
-    first call took 6.51 s against 6.49 s, benchmarks/results/generation_h200.md run 37)"""
+    """free the static KV cache and fused weights for the training phase (benchmarks/results/generation_h200.md)"""
     backend: str = "cuda"
     """sandbox backend: "cuda" kernels on this process's GPU or "cpu" C++ kernels"""
     correctness_weight: float = 0.3
@@ -139,28 +125,13 @@ class Config:
     seed: int = 0
     """seed of the task sampler, model init and sampling"""
     output_dir: str = "runs/kevin"
-    """metrics.jsonl, config.json, rollouts/, checkpoints/, report.md go here"""
-    tracker: str = "none"
-    """also log to this accelerate tracker: none, tensorboard, trackio, wandb, ..."""
-    checkpoint_every: int = 1
-    """save a checkpoint every this many steps (and after the last)"""
-    keep_checkpoints: int = 2
-    """how many recent checkpoints to keep (0: all)"""
-    resume: str = ""
-    """"" fresh run; "latest" the newest checkpoint in output_dir; or a checkpoint directory"""
-    overwrite: bool = False
-    """start afresh in an output_dir that holds an earlier run: its config, metrics, rollouts, checkpoints and report
-    are deleted first (without it the recipe refuses, so that nothing is mixed or lost)"""
-    peak_flops: float = 989e12
-    """peak bf16 FLOP/s of one device, for the MFU estimate (H100/H200 dense: 989e12)"""
-    debug_fixed_batch: str = ""
-    """a saved rollout file: compute loss and gradient norm on it (sharded like training), print, exit"""
+    """metrics.jsonl, config.json, rollouts/, checkpoints/, report.md go here (the other run options: RunConfig)"""
 
 
-# CPU-sized defaults used when --model tiny (anything on the command line still wins).
-TINY = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raise_max_new_tokens_by=1.0,
-            max_prompt_tokens=None, backend="cpu",
-            bf16=False, gradient_checkpointing=False, steps=3, micro_batch_size=8, lr=1e-4, output_dir="runs/tiny")
+# CPU-sized defaults used when --model tiny (anything on the command line or in --config still wins).
+PRESETS = {"tiny": dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raise_max_new_tokens_by=1.0,
+                        max_prompt_tokens=None, backend="cpu", bf16=False, gradient_checkpointing=False, steps=3,
+                        micro_batch_size=8, lr=1e-4, output_dir="runs/tiny")}
 
 
 def response_budget(cfg: Config, step: int) -> int:
@@ -171,19 +142,69 @@ def response_budget(cfg: Config, step: int) -> int:
     return cfg.max_new_tokens
 
 
-def build_model(cfg: Config, device: torch.device):
-    """(model, tokenizer) for cfg.model on ``device``, LoRA-wrapped when cfg.lora (also rebuilt by evaluate.py)."""
-    return load_model(cfg.model, device=device, seed=cfg.seed, bf16=cfg.bf16,
-                      lora_rank=cfg.lora_rank if cfg.lora else 0, gradient_checkpointing=cfg.gradient_checkpointing)
+def behaviour_logprobs(cfg: Config, lrn: Learner, mb: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Old (and KL reference) log-probs of a micro-batch, before any update of this batch."""
+    with torch.no_grad():
+        old = response_logprobs(lrn.net, mb, temperature=cfg.temperature)
+        if cfg.kl_coef <= 0:
+            return old, None
+        if lrn.ref is not None:
+            return old, response_logprobs(lrn.ref, mb, temperature=cfg.temperature)
+        with lrn.net.disable_adapter():  # LoRA: the reference is the base model
+            return old, response_logprobs(lrn.net, mb, temperature=cfg.temperature)
 
 
-def main(argv: list[str]) -> None:
-    cfg = parse_run_config(Config, argv, presets={"tiny": TINY})  # --resume: the run's own config.json underneath
+def tokens_everywhere(lrn: Learner, batch: Any) -> float:
+    """A batch's response tokens summed over the processes (for the token-mean's weights)."""
+    return lrn.acc.reduce(batch.mask.sum().float(), "sum").item()
+
+
+def micro_loss(cfg: Config, lrn: Learner, mb: Any, mini: Any, old: Any, ref: Any, mini_tokens: float, budget: int):
+    """GRPO loss of a micro-batch times its weight w (summed over a mini-batch and averaged over processes: the
+    mini-batch's loss); ``budget``, the response budget its samples had, is Dr. GRPO's constant."""
+    lp = response_logprobs(lrn.model, mb, temperature=cfg.temperature)
+    loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                            kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
+                            max_response_len=budget)
+    w = loss_weight(mb, mini, cfg.loss_aggregation, tokens_everywhere=mini_tokens, world=lrn.acc.num_processes)
+    return loss * w, stats, w
+
+
+def grpo_update(cfg: Config, lrn: Learner, samples: list, step: int) -> list[dict]:
+    """``n_minibatches`` gradient steps on shuffled mini-batches of ``samples``, the old log-probs of all of them taken
+    first; gradients are accumulated over micro-batches. Returns each step's statistics."""
+    acc, budget = lrn.acc, response_budget(cfg, step)
+    lrn.model.train()
+    minis = []
+    for chunk in split_minibatches(samples, cfg.n_minibatches, seed=cfg.seed * 100003 + step):
+        mini = collate(chunk, lrn.tokenizer.pad_token_id).to(acc.device)
+        micros = micro_batches(mini, cfg.micro_batch_size)
+        minis.append((mini, micros, [behaviour_logprobs(cfg, lrn, mb) for mb in micros], tokens_everywhere(lrn, mini)))
+    updates = []
+    for mini, micros, olds, mini_tokens in minis:
+        sums: dict[str, Any] = {}
+        for i, (mb, (old, ref)) in enumerate(zip(micros, olds)):
+            with acc.no_sync(lrn.model) if i < len(micros) - 1 else torch.enable_grad():
+                loss, stats, w = micro_loss(cfg, lrn, mb, mini, old, ref, mini_tokens, budget)
+                acc.backward(loss)
+            for k, v in [*((k, w * v.float()) for k, v in stats.items()), ("loss/total", loss.detach().float())]:
+                sums[k] = sums.get(k, 0.0) + v
+        grad_norm = acc.clip_grad_norm_(lrn.params, cfg.grad_clip).float()  # the same on every process
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:  # a NaN/inf gradient would turn every weight into NaN: skip the update, and log it
+            lrn.optimizer.step()
+        updates.append({**sums, "train/grad_norm": grad_norm, "train/lr": torch.tensor(lrn.scheduler.get_last_lr()[0]),
+                        "train/skipped_update": torch.tensor(float(not finite))})
+        lrn.scheduler.step()
+        lrn.optimizer.zero_grad(set_to_none=True)
+    return updates
+
+
+def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, title: str = "Kevin training run",
+         project: str = "kevin") -> None:
+    cfg = parse_run_config(config, argv, presets=presets)  # --resume: the run's own config.json underneath
     check_training_config(cfg)  # bad reward / loss / sampling options stop here, before any work
-
-    # ------------------------------------------------------------------ setup (accelerate, model, data)
-    from accelerate import Accelerator
-    from accelerate.utils import broadcast_object_list, gather_object, set_seed
+    from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
@@ -191,231 +212,87 @@ def main(argv: list[str]) -> None:
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.calibrate import usable_tasks
 
-    cuda = torch.cuda.is_available()
-    acc = Accelerator(cpu=not cuda, mixed_precision="bf16" if cfg.bf16 and cuda else "no", project_dir=cfg.output_dir,
-                      log_with=None if cfg.tracker == "none" else cfg.tracker)
-    rank, world, main_proc = acc.process_index, acc.num_processes, acc.is_main_process
+    # ------------------------------------------------------------------ setup: run directory, model, tasks, sandbox
+    acc = accelerator(bf16=cfg.bf16, project_dir=cfg.output_dir, tracker=cfg.tracker)
+    rank, world = acc.process_index, acc.num_processes
     if cfg.tasks_per_step % world:
         raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
-    out = Path(cfg.output_dir)
-    claim_output_dir(acc, out, fresh=not cfg.resume and not cfg.debug_fixed_batch, overwrite=cfg.overwrite,
-                     broadcast=broadcast_object_list)
-    set_seed(cfg.seed)  # identical model init on every process
-    model, tokenizer = build_model(cfg, acc.device)
-    ref_model = None
-    if cfg.kl_coef > 0 and not cfg.lora:  # with LoRA the reference is the base model, adapters disabled
-        import copy
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    total_updates = cfg.steps * cfg.n_minibatches
-    warmup = max(1, math.ceil(cfg.warmup_ratio * total_updates))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: min(1.0, (u + 1) / warmup))
-    model, optimizer = acc.prepare(model, optimizer)  # DDP over processes; the scheduler is stepped by hand
-    net = acc.unwrap_model(model)
-    n_params = sum(p.numel() for p in net.parameters())
-    policy = TransformersPolicy(net, tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+    run = RunDir(cfg.output_dir, acc)
+    run.claim(fresh=not cfg.resume, overwrite=cfg.overwrite)  # an earlier run here: refused, or --overwrite deletes it
+    lrn = build_learner(acc, cfg.model, seed=cfg.seed, bf16=cfg.bf16, lora_rank=cfg.lora_rank if cfg.lora else 0,
+                        gradient_checkpointing=cfg.gradient_checkpointing, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                        warmup_steps=math.ceil(cfg.warmup_ratio * cfg.steps * cfg.n_minibatches),
+                        kl_reference=cfg.kl_coef > 0)
+    policy = TransformersPolicy(lrn.net, lrn.tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                 top_p=cfg.top_p, mode=cfg.generation_mode)
-
     all_tasks = builtin_tasks(split="train") if cfg.tasks == "builtin" else load_tasks(cfg.tasks)
     if not all_tasks:
         raise SystemExit(f"--tasks {cfg.tasks}: no tasks loaded")
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
-        acc.print(f"calibration: dropped {len(dropped)} of {len(all_tasks) + len(dropped)} tasks that a fake passes: {dropped[:20]}")
+        acc.print(f"calibration: dropped {len(dropped)} of {len(all_tasks) + len(dropped)} tasks that a fake passes: "
+                  f"{dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))
-
-    def old_and_ref_logprobs(mb):
-        """Behaviour (and reference) log-probs of a micro-batch, before any update of this batch."""
-        with torch.no_grad():
-            old = response_logprobs(net, mb, temperature=cfg.temperature)
-            if cfg.kl_coef <= 0:
-                return old, None
-            if ref_model is not None:
-                return old, response_logprobs(ref_model, mb, temperature=cfg.temperature)
-            with net.disable_adapter():
-                return old, response_logprobs(net, mb, temperature=cfg.temperature)
-
-    def tokens_everywhere(mini):
-        """The mini-batch's response tokens summed over the processes (for the token-mean's weights)."""
-        return acc.reduce(mini.mask.sum().float(), "sum").item()
-
-    def loss_of(mb, mini, old, ref, mini_tokens):
-        """GRPO loss of a micro-batch times its weight w: summed over a mini-batch (and averaged over processes),
-        the mini-batch's loss."""
-        lp = response_logprobs(model, mb, temperature=cfg.temperature)
-        loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
-                                max_response_len=policy.max_new_tokens)  # the budget the samples had
-        w = loss_weight(mb, mini, cfg.loss_aggregation, tokens_everywhere=mini_tokens, world=world)
-        return loss * w, stats, w
-
-    def samples_of(trajectories):
-        """score -> aggregate -> advantages -> split: the paper's reward path, one task group at a time."""
-        scores = torch.tensor(turn_scores(trajectories, correctness_weight=cfg.correctness_weight,
-                                          speedup_cap=cfg.speedup_cap))  # [B*G, T]
-        returns = aggregate_rewards(scores, gamma=cfg.gamma, mode=cfg.reward_mode)  # [B*G, T]
-        groups = group_labels(trajectories, per_turn=cfg.advantage_per_turn)
-        advantages = group_advantages(returns.flatten(), groups, scale_by_std=cfg.scale_by_std)  # [N]
-        return scores, returns, split_trajectories(trajectories, returns.flatten(), advantages)
-
-    if cfg.debug_fixed_batch:  # ---------------------------------- loss on a fixed batch, sharded like training
-        trajs = load_rollout(cfg.debug_fixed_batch)
-        task_ids = sorted({t.task_id for t in trajs})
-        mine = [t for t in trajs if task_ids.index(t.task_id) % world == rank]
-        # A random model earns nothing (advantages 0, zero gradient), and normalised advantages make the loss
-        # ~0: to compare shardings on a non-zero loss, every turn scores a fixed function of its tokens,
-        # sum(ids) % 5 / 4, and its (unnormalised) return is its advantage.
-        scores = torch.tensor([[sum(u.response_ids) % 5 / 4 for u in t.turns] for t in mine])  # [B*G, T]
-        returns = aggregate_rewards(scores, gamma=cfg.gamma, mode=cfg.reward_mode).flatten()
-        samples = split_trajectories(mine, returns, returns)
-        batch = collate(samples, tokenizer.pad_token_id).to(acc.device)
-        model.train()
-        sums = torch.zeros(3, device=acc.device)  # loss, sum of token log-probs, tokens
-        micros = micro_batches(batch, cfg.micro_batch_size)
-        batch_tokens = tokens_everywhere(batch)
-        for i, mb in enumerate(micros):
-            old, ref = old_and_ref_logprobs(mb)
-            with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                loss, _, _ = loss_of(mb, batch, mb.old_logprobs if mb.old_logprobs is not None else old, ref,
-                                     batch_tokens)
-                acc.backward(loss)
-            sums += torch.stack([loss.detach().float(), (old * mb.mask).sum(), mb.mask.sum()])
-        grad_norm = torch.norm(torch.stack([p.grad.float().norm() for p in params if p.grad is not None]))
-        loss_mean, lp_sum, n_tok = acc.reduce(sums, "sum").tolist()
-        result = {"debug/processes": world, "debug/rank": rank, "debug/tasks": sorted({t.task_id for t in mine}),
-                  "debug/samples": batch.size, "debug/loss": loss_mean / world, "debug/logprob_mean": lp_sum / n_tok,
-                  "debug/grad_norm": grad_norm.item()}
-        for r in gather_object([result]):
-            acc.print(json.dumps(r))
-        return
-
-    # ------------------------------------------------------------------ state: fresh or resumed
-    start_step = 0
-    if cfg.resume:
-        where = latest_checkpoint(out / "checkpoints") if cfg.resume == "latest" else Path(cfg.resume)
-        if where is None:
-            raise SystemExit(f"--resume latest: no checkpoint under {out / 'checkpoints'}")
-        start_step = restore_training_state(load_checkpoint(where), model=net, optimizer=optimizer,
-                                            scheduler=scheduler, sampler=sampler, rank=rank)
-        saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
-        changed = {k: (saved[k], v) for k, v in dataclasses.asdict(cfg).items() if k in saved and saved[k] != v}
-        acc.print(f"resumed from {where} at step {start_step}; options changed since (old, new): {changed}")
-    else:
+    state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
+    start = run.resume(cfg.resume, **state)
+    if not start:
         set_seed(cfg.seed, device_specific=True)  # each process samples differently
-    logger = NullLogger()
-    if main_proc:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
-        if start_step:
-            drop_records_from(out / "metrics.jsonl", start_step + 1)
-        trackers = [AccelerateLogger(acc)] if cfg.tracker != "none" else []
-        logger = MultiLogger([JsonlLogger(out / "metrics.jsonl"), *trackers])
-        if not start_step:
-            logger.log({"config": dataclasses.asdict(cfg)}, step=0)
-    if cfg.tracker != "none":
-        acc.init_trackers("kevin", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
+    run.start(cfg, step=start, tracker=cfg.tracker, project=project)
+    n_params = sum(p.numel() for p in lrn.net.parameters())
 
     # ------------------------------------------------------------------ the RL loop
-    for step in tqdm(range(start_step, cfg.steps), desc="steps", initial=start_step, total=cfg.steps, disable=not main_proc):
+    for step in tqdm(range(start, cfg.steps), desc="steps", initial=start, total=cfg.steps, disable=not run.is_main):
         t0 = time.perf_counter()
         tasks = sampler.next_batch()[rank::world]  # the same batch everywhere; this process's share
 
-        # rollout: G trajectories x T turns per task, generation batched over all of them
+        # 1. rollout: G trajectories x T turns per task, generation batched over all of them
         policy.max_new_tokens = response_budget(cfg, step)
-        model.eval()
+        lrn.model.eval()
         with acc.autocast():
             trajectories = rollout(policy, tasks, sandbox, n_trajectories=cfg.n_trajectories, n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
-        if cfg.release_sampling_memory:
-            freed = policy.release_memory()
-            if step == start_step and freed:
-                acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory (static cache, fused weights) "
-                          "for the training phase, and after every rollout")
+        freed = policy.release_memory() if cfg.release_sampling_memory else 0
+        if step == start and freed:
+            acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory (static cache, fused weights) for the "
+                      "training phase, and after every rollout")
         trajectories = [dataclasses.replace(t, task_index=rank + world * t.task_index) for t in trajectories]
         t_rollout = time.perf_counter()
 
-        # score -> aggregate -> advantages (per task, all G*T samples) -> split into one sample per turn
-        scores, returns, samples = samples_of(trajectories)
+        # 2. rewards: score -> discounted returns -> advantages (per task, all G*T samples) -> one sample per turn
+        rewarded = rewarded_samples(trajectories, correctness_weight=cfg.correctness_weight,
+                                    speedup_cap=cfg.speedup_cap, gamma=cfg.gamma, mode=cfg.reward_mode,
+                                    per_turn=cfg.advantage_per_turn, scale_by_std=cfg.scale_by_std)
 
-        # old log-probs of every mini-batch first, then one gradient step per mini-batch
-        model.train()
-        minis = []
-        for chunk in split_minibatches(samples, cfg.n_minibatches, seed=cfg.seed * 100003 + step):
-            mini = collate(chunk, tokenizer.pad_token_id).to(acc.device)
-            micros = micro_batches(mini, cfg.micro_batch_size)
-            minis.append((mini, micros, [old_and_ref_logprobs(mb) for mb in micros], tokens_everywhere(mini)))
-        updates = []  # one dict of mini-batch statistics per gradient step
-        for mini, micros, olds, mini_tokens in minis:
-            stats_sum = {}
-            for i, (mb, (old, ref)) in enumerate(zip(micros, olds)):
-                with acc.no_sync(model) if i < len(micros) - 1 else torch.enable_grad():
-                    loss, stats, w = loss_of(mb, mini, old, ref, mini_tokens)
-                    acc.backward(loss)
-                for k, v in stats.items():
-                    stats_sum[k] = stats_sum.get(k, 0.0) + w * v.float()
-                stats_sum["loss/total"] = stats_sum.get("loss/total", 0.0) + loss.detach().float()
-            grad_norm = acc.clip_grad_norm_(params, cfg.grad_clip).float()  # the same on every process
-            finite = bool(torch.isfinite(grad_norm))
-            stats_sum["train/grad_norm"] = grad_norm
-            stats_sum["train/skipped_update"] = torch.tensor(float(not finite), device=acc.device)
-            stats_sum["train/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=acc.device)
-            if finite:  # a NaN/inf gradient would turn every weight into NaN: skip the update, and log it
-                optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            updates.append(stats_sum)
+        # 3. update: old log-probs of every mini-batch first, then one gradient step per mini-batch
+        updates = grpo_update(cfg, lrn, rewarded.samples, step)
         t_train = time.perf_counter()
 
-        # log: rollout metrics over every process's trajectories, losses averaged over processes
-        tokens = torch.tensor(float(sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)), device=acc.device)
-        losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean(), "mean").item()
-                  for k in updates[0] if k != "tokens"}
-        times = acc.reduce(torch.tensor([sum(u.generation_s for t in trajectories for u in t.turns),
-                                         sum(u.evaluation_s for t in trajectories for u in t.turns),
-                                         t_rollout - t0, t_train - t_rollout], device=acc.device), "max").tolist()
-        all_tokens = acc.reduce(tokens, "sum").item()
-        everything = gather_object(trajectories)
-        all_scores = acc.gather(scores.to(acc.device)).float()
-        all_returns = acc.gather(returns.to(acc.device)).float()
-        if main_proc:
-            save_rollout(everything, out / "rollouts" / f"step_{step + 1:06d}.jsonl.gz")
-            metrics = {**metrics_dict(everything), **losses,
-                       "reward/score_mean": all_scores.mean().item(), "reward/score_max": all_scores.max().item(),
-                       "reward/return_mean": all_returns.mean().item(), "reward/return_std": all_returns.std().item(),
-                       "train/samples": float(len(everything) * cfg.n_turns), "train/tokens": all_tokens,
-                       "time/generation": times[0], "time/sandbox": times[1], "time/rollout": times[2],
-                       "time/train": times[3], "time/step": time.perf_counter() - t0,
-                       "perf/train_tokens_per_s": all_tokens / times[3],
-                       "perf/mfu": 6 * n_params * all_tokens / times[3] / (cfg.peak_flops * world)}
-            if cuda:
-                metrics["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            logger.log(metrics, step=step + 1)
-
-        # checkpoint: trainable weights, optimizer, scheduler, sampler, every process's RNG (atomic)
-        rngs = gather_object([rng_state()])
-        if main_proc and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            state = training_state(model=net, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs,
-                                   step=step + 1)
-            save_checkpoint(checkpoint_path(out / "checkpoints", step + 1), state, meta={"step": step + 1})
-            prune_checkpoints(out / "checkpoints", cfg.keep_checkpoints)
+        # 4. log (every process's trajectories, losses averaged over processes), checkpoint
+        run.log_step(step + 1, trajectories, rewarded, updates, started=t0, rolled_out=t_rollout, trained=t_train,
+                     n_params=n_params, peak_flops=cfg.peak_flops)
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            run.checkpoint(step + 1, keep=cfg.keep_checkpoints, **state)
         acc.wait_for_everyone()
 
     # ------------------------------------------------------------------ report
-    if main_proc:
-        summary = (f"model {cfg.model}; {cfg.tasks_per_step} tasks x {cfg.n_trajectories} trajectories x "
-                   f"{cfg.n_turns} turns per step; {world} process(es).")
-        report = write_run_report(out, title="Kevin training run", summary=summary,
-                                  checkpoint=latest_checkpoint(out / "checkpoints"))
-        acc.print(f"done: {report}")
-    logger.close()
+    summary = (f"model {cfg.model}; {cfg.tasks_per_step} tasks x {cfg.n_trajectories} trajectories x {cfg.n_turns} "
+               f"turns per step; {world} process(es).")
+    acc.print(f"done: {run.report(title=title, summary=summary)}")
+    run.close()
+
+
+def cli(argv: list[str], entry: Any = None, **recipe: Any) -> None:
+    """``entry`` (default `main`) run from a command line: log lines on stderr; a bad option or model in one line."""
+    from kevin.core.policy.models import ModelNameError
+
+    log_to_stderr()
+    try:
+        (entry or main)(argv, **recipe)
+    except (ConfigError, ModelNameError) as exc:
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {exc}") from None
 
 
 if __name__ == "__main__":
-    log_to_stderr()  # the library's lines: one per rollout turn, warnings
-    try:
-        main(sys.argv[1:])
-    except (ConfigError, ModelNameError) as exc:  # a mistyped option or model: say so, without a traceback
-        raise SystemExit(f"{Path(__file__).name}: {exc}") from None
+    cli(sys.argv[1:])

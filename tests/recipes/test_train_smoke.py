@@ -25,7 +25,7 @@ TURNS = {"train_multiturn.py": 2, "train_singleturn.py": 1}  # the single-turn r
 
 def run_recipe(name: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    turns = ["--n_turns", "2"] if name == "train_multiturn.py" else []
+    turns = [] if name == "train_singleturn.py" else ["--n_turns", "2"]
     cmd = [sys.executable, str(ROOT / "recipes" / name), *SMALL, *turns, "--output_dir", str(out), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -96,13 +96,14 @@ def _debug_lines(proc: subprocess.CompletedProcess) -> list[dict]:
 
 @pytest.mark.parametrize("two_steps", ["train_multiturn.py"], indirect=True)
 def test_two_processes_shard_the_tasks_and_give_the_loss_and_gradient_of_one(two_steps, tmp_path):
-    # The same saved batch (2 tasks) evaluated by 1 process and by 2 (torchrun, gloo on the CPU).
+    # The same saved batch (2 tasks) evaluated by 1 process and by 2 (torchrun, gloo on the CPU): recipes/check_sharding.py
     _, out = two_steps
-    fixed = ["--debug_fixed_batch", str(out / "rollouts" / "step_000001.jsonl.gz")]
-    one = _debug_lines(run_recipe("train_multiturn.py", tmp_path / "one", *fixed))
+    fixed = ["--rollout_file", str(out / "rollouts" / "step_000001.jsonl.gz")]
+    one = _debug_lines(run_recipe("check_sharding.py", tmp_path / "one", *fixed))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29731",
-           str(ROOT / "recipes" / "train_multiturn.py"), *SMALL, "--n_turns", "2", "--output_dir", str(tmp_path / "two"), *fixed]
+           str(ROOT / "recipes" / "check_sharding.py"), *SMALL, "--n_turns", "2", "--output_dir", str(tmp_path / "two"),
+           *fixed]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     two = _debug_lines(proc)
@@ -112,47 +113,42 @@ def test_two_processes_shard_the_tasks_and_give_the_loss_and_gradient_of_one(two
     for key in ("debug/loss", "debug/logprob_mean", "debug/grad_norm"):
         assert two[0][key] == pytest.approx(one[0][key], rel=1e-4, abs=1e-6), key
     assert one[0]["debug/grad_norm"] > 0  # a real gradient, not 0 == 0
+    assert not (tmp_path / "one").exists() and not (tmp_path / "two").exists()  # a check writes no run
 
 
-@pytest.mark.parametrize("name", ["train_multiturn.py", "train_singleturn.py"])
+def load_recipe(name: str):
+    """The recipe module ``recipes/<name>`` (imported, not run)."""
+    import importlib
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"recipes.{name.removesuffix('.py')}")
+
+
+@pytest.mark.parametrize("name", ["train_multiturn.py", "train_singleturn.py", "check_sharding.py"])
 def test_every_config_field_has_a_docstring_and_a_command_line_override(name):
     import dataclasses
-    import importlib.util
 
     from kevin.core.run.cli import field_docs, parse_config
 
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "recipes" / name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        docs = field_docs(module.Config)
-        assert [f for f, d in docs.items() if not d] == []
-        for field in dataclasses.fields(module.Config):  # each default, written back as text, parses to itself
-            value = field.default
-            cfg = parse_config(module.Config, [f"--{field.name}", "none" if value is None else str(value)])
-            assert getattr(cfg, field.name) == value, field.name
-    finally:
-        sys.modules.pop(spec.name, None)
+    module = load_recipe(name)
+    docs = field_docs(module.Config)
+    assert [f for f, d in docs.items() if not d] == []
+    for field in dataclasses.fields(module.Config):  # each default, written back as text, parses to itself
+        value = field.default
+        cfg = parse_config(module.Config, [f"--{field.name}", "none" if value is None else str(value)])
+        assert getattr(cfg, field.name) == value, field.name
 
 
 def test_the_paper_defaults_are_the_config_defaults():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_multiturn", ROOT / "recipes" / "train_multiturn.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        c = module.Config()
-        assert (c.tasks_per_step, c.n_trajectories, c.n_turns) == (8, 16, 4)
-        assert (c.gamma, c.reward_mode, c.correctness_weight, c.kl_coef) == (0.4, "sum", 0.3, 0.0)
-        assert (c.clip_low, c.clip_high, c.temperature, c.lr, c.warmup_ratio) == (0.2, 0.28, 0.9, 2e-6, 0.03)
-        assert (c.n_minibatches, c.grad_clip, c.advantage_per_turn) == (2, 0.05, False)
-        # 16k per response, 22k after step 30: step 29 (0-based) is the 30th at 16k, step 30 the first at 22k
-        assert [module.response_budget(c, s) for s in (0, 29, 30, 39)] == [16384, 16384, 22528, 22528]
-    finally:
-        sys.modules.pop(spec.name, None)
+    module = load_recipe("train_multiturn.py")
+    c = module.Config()
+    assert (c.tasks_per_step, c.n_trajectories, c.n_turns) == (8, 16, 4)
+    assert (c.gamma, c.reward_mode, c.correctness_weight, c.kl_coef) == (0.4, "sum", 0.3, 0.0)
+    assert (c.clip_low, c.clip_high, c.temperature, c.lr, c.warmup_ratio) == (0.2, 0.28, 0.9, 2e-6, 0.03)
+    assert (c.n_minibatches, c.grad_clip, c.advantage_per_turn) == (2, 0.05, False)
+    # 16k per response, 22k after step 30: step 29 (0-based) is the 30th at 16k, step 30 the first at 22k
+    assert [module.response_budget(c, s) for s in (0, 29, 30, 39)] == [16384, 16384, 22528, 22528]
 
 
 def test_a_mistyped_option_stops_the_recipe_with_a_message_before_any_work(tmp_path):
@@ -211,8 +207,10 @@ def test_the_sampling_memory_is_kept_when_release_is_switched_off(tmp_path):
 
 def test_the_response_budget_is_raised_after_the_given_step(tmp_path):
     # 8 tokens in step 1, 8 * 1.5 = 12 from step 2 on; the tiny policy rarely stops, so most responses fill their budget
-    run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--raise_max_new_tokens_by", "1.5",
-               "--raise_max_new_tokens_at", "1")
+    # (the schedule comes from a --config file: the file's options reach the run)
+    (tmp_path / "raise.yaml").write_text("raise_max_new_tokens_by: 1.5\nraise_max_new_tokens_at: 1\n")
+    run_recipe("train_multiturn.py", tmp_path / "out", "--steps", "2", "--config", str(tmp_path / "raise.yaml"))
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["raise_max_new_tokens_by"] == 1.5
     longest = [max(len(t.response_ids) for tr in load_rollout(tmp_path / "out" / "rollouts" / f"step_{k:06d}.jsonl.gz")
                    for t in tr.turns) for k in (1, 2)]
     assert longest == [8, 12]
@@ -269,10 +267,14 @@ def test_a_bad_reward_option_stops_the_recipe_before_any_work(tmp_path):
                                                               "1.5").stderr
 
 
-def test_help_lists_the_tiny_presets_defaults():
+def test_help_lists_the_tiny_presets_defaults_and_the_field_docstrings():
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "train_multiturn.py"), "--help"], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
-    assert "--output_dir (str, default 'runs/tiny')" in proc.stdout and "--backend (str, default 'cpu')" in proc.stdout
+    text = " ".join(proc.stdout.split())  # argparse wraps the lines
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(default: runs/tiny)" in text and "(default: cpu)" in text
+    assert "discount of later turns' scores in a turn's return (paper: 0.4) (default: 0.4)" in text
+    assert "--config FILE.yaml" in text
 
 
 def test_an_empty_task_file_stops_training_with_a_message(tmp_path):

@@ -1,14 +1,21 @@
-"""The run directory: what a recipe writes there (config, metrics, report, checkpoints, rollouts), and the
-refusal to mix a fresh run with an earlier one's files.
+"""The run directory: `RunDir`, what a recipe writes there (config, metrics, rollouts, checkpoints, report), the
+refusal to mix a fresh run with an earlier one's files, resuming from a checkpoint, and rebuilding a trained model.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from kevin.core.run.loggers import markdown_table, read_jsonl
+from kevin.core.run.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                       restore_training_state, rng_state, save_checkpoint, training_state)
+from kevin.core.run.loggers import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from,
+                                    markdown_table, read_jsonl)
 
 
 REPORT_KEYS = ("step", "reward/score_mean", "reward/return_mean", "rollout/correct", "loss/policy", "train/grad_norm",
@@ -72,16 +79,198 @@ def earlier_run_message(out_dir: str | os.PathLike, names: list[str], *, resumab
             f"afresh, or another --output_dir")
 
 
-def claim_output_dir(accelerator: Any, out_dir: str | os.PathLike, *, fresh: bool, overwrite: bool,
-                     broadcast: Any) -> None:
-    """Before a fresh run (``fresh``) writes into ``out_dir``: exit with `earlier_run_message` when it holds an earlier
-    run, or with ``overwrite`` delete that run's files (the main process). The main process looks and decides for every
-    process (``broadcast``: accelerate's ``broadcast_object_list``, passed in so that this module imports no
-    accelerate), so that all of them exit or go on together; all wait until the files are gone."""
-    main = accelerator.is_main_process
-    earlier = broadcast([earlier_run(out_dir) if fresh and main else []])[0]
-    if earlier and not overwrite:  # a fresh run would mix with it
-        raise SystemExit(earlier_run_message(out_dir, earlier, resumable=True))
-    if earlier and main:
-        accelerator.print(f"--overwrite: deleted {', '.join(delete_earlier_run(out_dir))} of the earlier run in {out_dir}")
-    accelerator.wait_for_everyone()
+@dataclass(frozen=True)
+class RunConfig:
+    """The options of a training run's directory (`RunDir`): a training recipe's ``Config`` extends it."""
+
+    output_dir: str = "runs/run"
+    """metrics.jsonl, config.json, rollouts/, checkpoints/, report.md go here"""
+    resume: str = ""
+    """"" fresh run; "latest" the newest checkpoint in output_dir; or a checkpoint directory"""
+    overwrite: bool = False
+    """delete an earlier run's files in output_dir and start afresh (without it the recipe refuses to mix them)"""
+    checkpoint_every: int = 1
+    """save a checkpoint every this many steps (and after the last)"""
+    keep_checkpoints: int = 2
+    """how many recent checkpoints to keep (0: all)"""
+    tracker: str = "none"
+    """also log to this accelerate tracker: none, tensorboard, trackio, wandb, ..."""
+    peak_flops: float = 989e12
+    """peak bf16 FLOP/s of one device, for the MFU estimate (H100/H200 dense: 989e12)"""
+
+
+class RunDir:
+    """One run's output directory, and everything a recipe does with it.
+
+    ``config.json`` (the resolved config), ``metrics.jsonl`` (the config at step 0, then one record per step, also
+    sent to an accelerate tracker), ``rollouts/step_N.jsonl.gz``, ``checkpoints/step_N/`` (`training_state`, written
+    atomically) and ``report.md``. With an ``accelerator`` every process calls every method: the main process looks,
+    decides and writes, the others follow (``files`` are the names an earlier run is recognised by, `RUN_FILES`).
+    """
+
+    def __init__(self, path: str | os.PathLike, accelerator: Any = None, *, files: Iterable[str] = RUN_FILES):
+        self.path, self.acc, self.files = Path(path), accelerator, tuple(files)
+        self.is_main = accelerator is None or accelerator.is_main_process
+        self.checkpoints = self.path / "checkpoints"
+        self._logger: Any = NullLogger()
+
+    def _print(self, text: str) -> None:
+        if self.is_main:
+            print(text, flush=True)
+
+    def _wait(self) -> None:
+        if self.acc is not None:
+            self.acc.wait_for_everyone()
+
+    def claim(self, *, fresh: bool, overwrite: bool, resumable: bool = True) -> None:
+        """Before a ``fresh`` run writes here: exit with `earlier_run_message` when the directory holds an earlier run,
+        or, with ``overwrite``, delete that run's files first. Every process exits or goes on alike."""
+        earlier = earlier_run(self.path, self.files) if fresh and self.is_main else []
+        if self.acc is not None:
+            from accelerate.utils import broadcast_object_list
+            earlier = broadcast_object_list([earlier])[0]
+        if earlier and not overwrite:
+            raise SystemExit(earlier_run_message(self.path, earlier, resumable=resumable))
+        if earlier and self.is_main:
+            self._print(f"--overwrite: deleted {', '.join(delete_earlier_run(self.path, self.files))} of the earlier "
+                        f"run in {self.path}")
+        self._wait()
+
+    def resume(self, resume: str, *, model: Any, optimizer: Any, scheduler: Any, sampler: Any) -> int:
+        """Load the checkpoint ``resume`` names ("latest": the newest here; else a checkpoint directory) INTO the given
+        objects (`restore_training_state`, this process's RNG included) and return its step; 0 when ``resume`` is ""."""
+        if not resume:
+            return 0
+        where = latest_checkpoint(self.checkpoints) if resume == "latest" else Path(resume)
+        if where is None:
+            raise SystemExit(f"--resume latest: no checkpoint under {self.checkpoints}")
+        rank = 0 if self.acc is None else self.acc.process_index
+        step = restore_training_state(load_checkpoint(where), model=model, optimizer=optimizer, scheduler=scheduler,
+                                      sampler=sampler, rank=rank)
+        self._print(f"resumed from {where} at step {step}")
+        return step
+
+    def start(self, config: Any, *, step: int = 0, tracker: str = "none", project: str = "kevin") -> None:
+        """Open the run for logging after ``step`` (0: a fresh run): write ``config.json`` (a resumed run prints the
+        options changed since), drop the records after ``step`` from ``metrics.jsonl`` (a crashed run's), log the
+        config at step 0 of a fresh run, and start the accelerate ``tracker`` unless "none"."""
+        values = dataclasses.asdict(config)
+        if self.is_main:
+            saved_path = self.path / "config.json"
+            if step and saved_path.is_file():
+                saved = json.loads(saved_path.read_text())
+                changed = {k: (saved[k], v) for k, v in values.items() if k in saved and saved[k] != v}
+                self._print(f"options changed since (old, new): {changed}")
+            self.path.mkdir(parents=True, exist_ok=True)
+            saved_path.write_text(json.dumps(values, indent=1))
+            if step:
+                drop_records_from(self.path / "metrics.jsonl", step + 1)
+            trackers = [AccelerateLogger(self.acc)] if tracker != "none" else []
+            self._logger = MultiLogger([JsonlLogger(self.path / "metrics.jsonl"), *trackers])
+            if not step:
+                self.log({"config": values}, step=0)
+        if tracker != "none":
+            self.acc.init_trackers(project, config={k: str(v) for k, v in values.items()})
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """One record of ``metrics`` at ``step`` (the main process's; the others' are dropped)."""
+        self._logger.log(metrics, step=step)
+
+    def log_step(self, step: int, trajectories: list, rewarded: Any, updates: list[dict], *, started: float,
+                 rolled_out: float, trained: float, n_params: int, peak_flops: float) -> None:
+        """Save a training step's rollout (every process's trajectories) and log its record: `metrics_dict` of the
+        rollout; each update's statistics averaged over the updates and the processes; the scores and returns
+        (``rewarded``: `kevin.rewards.samples.RewardedRollout`); samples and tokens; the seconds of generation, sandbox
+        (summed over turns), rollout and training (``started``, ``rolled_out``, ``trained``: ``time.perf_counter()``
+        readings; the slowest process's) and the throughput. Every process calls it."""
+        import torch
+        from accelerate.utils import gather_object
+
+        from kevin.core.eval.metrics import metrics_dict
+
+        acc, dev = self.acc, self.acc.device
+        losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean().to(dev), "mean").item() for k in updates[0]}
+        seconds = acc.reduce(torch.tensor([sum(u.generation_s for t in trajectories for u in t.turns),
+                                           sum(u.evaluation_s for t in trajectories for u in t.turns),
+                                           rolled_out - started, trained - rolled_out], device=dev), "max").tolist()
+        tokens = acc.reduce(torch.tensor(float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rewarded.samples)),
+                                         device=dev), "sum").item()
+        scores, returns = (acc.gather(x.to(dev)).float() for x in (rewarded.scores, rewarded.returns))
+        everything = gather_object(trajectories)
+        self.save_rollout(everything, step)
+        self.log({**metrics_dict(everything), **losses,
+                  "reward/score_mean": scores.mean().item(), "reward/score_max": scores.max().item(),
+                  "reward/return_mean": returns.mean().item(), "reward/return_std": returns.std().item(),
+                  "train/samples": float(scores.numel()), "train/tokens": tokens,
+                  "time/generation": seconds[0], "time/sandbox": seconds[1], "time/rollout": seconds[2],
+                  "time/train": seconds[3], "time/step": time.perf_counter() - started,
+                  "perf/train_tokens_per_s": tokens / seconds[3],
+                  "perf/mfu": 6 * n_params * tokens / seconds[3] / (peak_flops * acc.num_processes),
+                  **({"perf/peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+                     if torch.cuda.is_available() else {})}, step=step)
+
+    def save_rollout(self, trajectories: Any, step: int) -> Path:
+        """``rollouts/step_<step>.jsonl.gz``: every trajectory with every verdict (re-scorable, `kevin.rewards.rescore`)."""
+        from kevin.core.records import save_rollout
+
+        path = self.path / "rollouts" / f"step_{step:06d}.jsonl.gz"
+        return save_rollout(trajectories, path) if self.is_main else path
+
+    def checkpoint(self, step: int, *, keep: int, model: Any, optimizer: Any, scheduler: Any, sampler: Any) -> None:
+        """Save `training_state` (trainable weights, optimizer, scheduler, sampler, every process's RNG) as
+        ``checkpoints/step_<step>`` and keep the newest ``keep`` (0: all)."""
+        rngs = [rng_state()]
+        if self.acc is not None:
+            from accelerate.utils import gather_object
+            rngs = gather_object(rngs)
+        if self.is_main:
+            state = training_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs,
+                                   step=step)
+            save_checkpoint(checkpoint_path(self.checkpoints, step), state, meta={"step": step})
+            prune_checkpoints(self.checkpoints, keep)
+        self._wait()
+
+    def report(self, *, title: str, summary: str) -> Path:
+        """Write ``report.md`` (`write_run_report`) and return its path."""
+        path = self.path / "report.md"
+        if self.is_main:
+            write_run_report(self.path, title=title, summary=summary, checkpoint=latest_checkpoint(self.checkpoints))
+        return path
+
+    def close(self) -> None:
+        self._logger.close()
+
+    # ------------------------------------------------------------------ a finished run, read back
+
+    @classmethod
+    def find(cls, name: str | os.PathLike) -> tuple["RunDir", Path] | None:
+        """(run, checkpoint) when ``name`` is a training run's directory (its latest checkpoint) or one of its
+        ``checkpoints/step_N`` directories; None otherwise (a hub id, a ``from_pretrained`` directory)."""
+        path = Path(name)
+        ckpt = latest_checkpoint(path / "checkpoints") if (path / "checkpoints").is_dir() else path
+        if ckpt is None or not (ckpt / "meta.json").is_file() or not (ckpt.parent.parent / "config.json").is_file():
+            return None
+        return cls(ckpt.parent.parent), ckpt
+
+    def config(self) -> dict[str, Any]:
+        """The run's saved ``config.json``."""
+        return json.loads((self.path / "config.json").read_text())
+
+    def trained_model(self, checkpoint: str | os.PathLike, *, device: Any) -> tuple[Any, Any]:
+        """(model, tokenizer) of ``checkpoint``: the run's model rebuilt by `kevin.core.policy.models.load_model` from
+        its ``config.json`` (LoRA-wrapped when it was trained so), the checkpoint's trained weights loaded on top and
+        LoRA merged; in eval mode, without gradients."""
+        from kevin.core.policy.models import load_model
+
+        saved = self.config()
+        model, tokenizer = load_model(saved["model"], device=device, seed=saved.get("seed", 0),
+                                      bf16=saved.get("bf16", True),
+                                      lora_rank=saved.get("lora_rank", 0) if saved.get("lora") else 0)
+        weights = load_checkpoint(checkpoint, names=["model"])["model"]
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in weights]
+        if missing:
+            raise ValueError(f"{checkpoint} lacks trained weights {missing[:3]} of the model its run's config.json "
+                             "describes")
+        model.load_state_dict(weights, strict=False)
+        model = model.merge_and_unload() if saved.get("lora") else model
+        return model.requires_grad_(False).eval(), tokenizer
