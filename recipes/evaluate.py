@@ -24,7 +24,7 @@ configuration, then one per configuration and baseline), ``report.md``, ``turns.
 and ``config.json``.
 
 How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``, 23 tasks) unless
-``--tasks`` points to KernelBench; correctness and timing follow our sandbox (DESIGN.md); the
+``--tasks`` points to KernelBench; correctness and timing follow our sandbox (docs/threat-model.md); the
 paper's numbers are on H200s with QwQ-32B-sized models. The CPU default is a pipeline check, not a
 result: the tiny random model writes no parseable kernel, so every number is 0.
 
@@ -36,13 +36,13 @@ Launch:
     python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
         # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
     OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
-Every field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20 --n_bootstrap 2000``).
+Every field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20 --n_bootstrap 2000``), and
+``--config file.yaml`` reads them from a file; models load through ``kevin.core.policy.models.load_model``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
 import sys
@@ -54,9 +54,9 @@ from typing import Literal
 import torch
 
 from kevin.core.eval import report
+from kevin.core.policy.models import ModelNameError
 from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
-from kevin.core.policy.models import ModelNameError, check_model_name
-from kevin.core.run.rundir import delete_earlier_run, earlier_run, earlier_run_message
+from kevin.core.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -118,42 +118,6 @@ def parse_configs(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
-def training_run(model: str) -> tuple[Path, dict] | None:
-    """(checkpoint dir, the run's saved config) when ``model`` names a training run or one of its
-    checkpoints (``<output_dir>/checkpoints/step_N``; a run dir means its latest checkpoint), else None."""
-    from kevin.core.run.checkpoint import latest_checkpoint
-
-    path = Path(model)
-    ckpt = latest_checkpoint(path / "checkpoints") if (path / "checkpoints").is_dir() else path
-    if ckpt is None or not (ckpt / "meta.json").is_file() or not (ckpt.parent.parent / "config.json").is_file():
-        return None
-    return ckpt, json.loads((ckpt.parent.parent / "config.json").read_text())
-
-
-def load_trained_model(ckpt: Path, saved: dict):
-    """(model, tokenizer) of a training checkpoint: the training recipe's own ``build_model`` rebuilds the
-    run's model (tiny, random:..., hub id; LoRA-wrapped when it was trained so), the checkpoint's trained
-    weights are loaded on top, and LoRA adapters are merged."""
-    from kevin.core.run.checkpoint import load_checkpoint
-
-    spec = importlib.util.spec_from_file_location("train_multiturn", Path(__file__).with_name("train_multiturn.py"))
-    train = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = train  # dataclasses look their module up while the recipe is imported
-    spec.loader.exec_module(train)
-    fields = {f.name for f in dataclasses.fields(train.Config)}
-    train_cfg = dataclasses.replace(train.Config(**{k: v for k, v in saved.items() if k in fields}),
-                                    gradient_checkpointing=False)
-    model, tokenizer = train.build_model(train_cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    weights = load_checkpoint(ckpt, names=["model"])["model"]
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in weights]
-    if missing:
-        raise SystemExit(f"{ckpt} lacks trained weights {missing[:3]} of the model its run's config.json describes")
-    model.load_state_dict(weights, strict=False)
-    model = model.merge_and_unload() if train_cfg.lora else model
-    print(f"loaded {len(weights)} trained tensors from {ckpt} onto {saved.get('model')}")
-    return model.requires_grad_(False).eval(), tokenizer
-
-
 def build_policy(cfg: Config):
     """The policy backend that --model / --api_model name."""
     sampling = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
@@ -174,31 +138,26 @@ def build_policy(cfg: Config):
         from kevin.core.policy import VLLMPolicy
 
         return VLLMPolicy(cfg.model, **sampling)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from kevin.core.policy import TransformersPolicy
+    from kevin.core.policy.models import load_model
 
-    run = training_run(cfg.model)
-    if run is not None:
-        return TransformersPolicy(*load_trained_model(*run), **sampling)
-    check_model_name(cfg.model)
-    on_gpu = torch.cuda.is_available()
-    load = dict(dtype=torch.bfloat16 if on_gpu else torch.float32, device_map="cuda" if on_gpu else None)
-    if (Path(cfg.model) / "adapter_config.json").exists():  # a LoRA checkpoint: base + adapter
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(cfg.model, **load).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, **load)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    return TransformersPolicy(model.eval(), tokenizer, **sampling)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    found = RunDir.find(cfg.model)
+    if found is not None:  # a training run: its model rebuilt from its config.json, its trained weights on top
+        run, ckpt = found
+        model, tokenizer = run.trained_model(ckpt, device=device)
+        print(f"loaded the trained weights of {ckpt} onto {run.config().get('model')}")
+    else:  # a hub id or a from_pretrained directory (a peft adapter's directory: base and adapter)
+        model, tokenizer = load_model(cfg.model, device=device)
+        model = model.to(torch.bfloat16) if device.type == "cuda" else model
+    return TransformersPolicy(model.requires_grad_(False).eval(), tokenizer, **sampling)
 
 
 def main(argv: list[str]) -> Path:
     cfg = parse_config(Config, argv)
     # --- Derived settings: the tiny CPU default is scaled down so it finishes in a minute or two.
-    run = None if cfg.api_model or cfg.from_rollouts else training_run(cfg.model)
-    tiny = not cfg.api_model and (cfg.model == "tiny" or (run is not None and run[1].get("model") == "tiny"))
+    run = None if cfg.api_model or cfg.from_rollouts else RunDir.find(cfg.model)
+    tiny = not cfg.api_model and (cfg.model == "tiny" or (run is not None and run[0].config().get("model") == "tiny"))
     requested = cfg.configs
     pairs = parse_configs(cfg.configs or ("4x2,8x1" if tiny else "16x8,32x4,128x1"))
     small = {k: getattr(cfg, k) for k in ("max_tasks", "max_new_tokens", "max_prompt_tokens", "n_bootstrap")
@@ -206,7 +165,7 @@ def main(argv: list[str]) -> Path:
     if small or not 0 < cfg.alpha < 1:
         raise SystemExit(f"these options must be >= 1: {small}" if small else f"--alpha must be in (0, 1), got {cfg.alpha}")
     default_out = (cfg.from_rollouts if cfg.from_rollouts else
-                   str(run[0].parent.parent / "evaluation") if run is not None else "runs/evaluate")
+                   str(run[0].path / "evaluation") if run is not None else "runs/evaluate")
     cfg = dataclasses.replace(
         cfg, configs=",".join(f"{m}x{n}" for m, n in pairs),
         max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if tiny else None),
@@ -222,12 +181,7 @@ def main(argv: list[str]) -> Path:
         raise SystemExit(f"{out} holds a config.json that is not an evaluation's (a model's?): use another --output_dir")
     source = Path(cfg.from_rollouts).resolve() if cfg.from_rollouts else None
     beside = source is not None and out.resolve() in (source, source.parent)  # re-reporting in place: the report only
-    earlier = [] if beside else earlier_run(out, EVALUATION_FILES)
-    if earlier and not cfg.overwrite:
-        raise SystemExit(earlier_run_message(out, earlier, resumable=False))
-    if earlier:
-        print(f"--overwrite: deleted {', '.join(delete_earlier_run(out, EVALUATION_FILES))} of the earlier evaluation "
-              f"in {out}")
+    RunDir(out, files=EVALUATION_FILES).claim(fresh=not beside, overwrite=cfg.overwrite, resumable=False)
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(dataclasses.asdict(cfg), indent=1))
 

@@ -175,25 +175,18 @@ def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_p
     assert f"Evaluation of {tmp_path / 'ckpt'}" in (out / "report.md").read_text()
 
 
-def _load_recipe(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_weights(tmp_path):
+def test_a_training_run_is_rebuilt_from_its_config_and_evaluated_with_its_trained_weights(tmp_path):
     import dataclasses
 
     import torch
 
-    from kevin.core.run.checkpoint import checkpoint_path, save_checkpoint
     from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+    from kevin.core.run.checkpoint import checkpoint_path, save_checkpoint
+    from kevin.core.run.rundir import RunDir
 
-    evaluate, train = _load_recipe("evaluate"), _load_recipe("train_multiturn")
+    sys.path.insert(0, str(ROOT))
+    from recipes import evaluate, train_multiturn as train
+
     # a run of the tiny model (full fine-tuning) whose step-3 checkpoint moved every weight by +0.5
     trained = {n: p.detach() + 0.5 for n, p in build_tiny_model(build_tiny_tokenizer()).named_parameters()}
     run = tmp_path / "run"
@@ -204,8 +197,8 @@ def test_a_training_run_is_rebuilt_by_its_recipe_and_evaluated_with_its_trained_
     policy = evaluate.build_policy(evaluate.Config(model=str(run), max_new_tokens=8))  # run dir: latest step
     for name, param in policy.model.named_parameters():
         torch.testing.assert_close(param, trained[name], rtol=0, atol=0)
-    assert evaluate.training_run(str(run / "checkpoints" / "step_000001"))[0].name == "step_000001"
-    assert evaluate.training_run(str(tmp_path)) is None  # not a run: a hub id or from_pretrained dir
+    assert RunDir.find(run / "checkpoints" / "step_000001")[1].name == "step_000001"
+    assert RunDir.find(tmp_path) is None  # not a run: a hub id or from_pretrained dir
 
 
 @pytest.mark.timeout(120)
@@ -240,15 +233,15 @@ def _refused(*args: str) -> str:
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--engine", "vlm"), "--engine: 'vlm' is not one of ['transformers', 'vllm']"),
+    (("--engine", "vlm"), "argument --engine: invalid choice: 'vlm' (choose from 'transformers', 'vllm')"),
     (("--engine", "vllm"), "--engine vllm needs a real model"),
     (("--api_model", "o4-mini", "--engine", "vllm"), "--engine vllm is for --model"),
     (("--n_turns", "3"), "unknown option --n_turns"),
     (("--max_tasks", "0"), "these options must be >= 1: {'max_tasks': 0}"),  # not "all tasks"
     (("--max_new_tokens", "0"), "these options must be >= 1: {'max_new_tokens': 0}"),  # not the default 64
     (("--alpha", "2"), "--alpha must be in (0, 1), got 2.0"),
-    (("--rules", "kernelbnch"), "--rules: 'kernelbnch' is not one of ['kevin', 'kernelbench']"),
-    (("--baseline", "tf16"), "--baseline: 'tf16' is not one of ['eager', 'tf32', 'compile']"),
+    (("--rules", "kernelbnch"), "argument --rules: invalid choice: 'kernelbnch' (choose from 'kevin', 'kernelbench')"),
+    (("--baseline", "tf16"), "argument --baseline: invalid choice: 'tf16' (choose from 'eager', 'tf32', 'compile')"),
 ])
 def test_a_wrong_option_is_one_line_naming_it(args, message):
     assert message in _refused(*args)
