@@ -257,12 +257,14 @@ class CandidateRun:
                     pass
 
     # ---------------------------------------------------------------- stage 2: run and decide
-    def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None,
+    def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None, reference_ms: float | None = None,
               checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
               timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
         The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
+        ``reference_ms`` (the reference's eager time per call) bounds the correctness run
+        (`SandboxConfig.checks_timeout_s`).
         """
         config = self.config
         marks: dict[str, float] = {}
@@ -279,11 +281,12 @@ class CandidateRun:
         with checks():
             t_go = marks["checks"] = time.monotonic()
             self.worker.send("go " + json.dumps(spec))
-            deadline = min(time.monotonic() + config.run_timeout_s, self.deadline)
+            limit = config.checks_timeout_s(reference_ms, len(spec["sets"]))
+            deadline = min(time.monotonic() + limit, self.deadline)
             msg = self.worker.wait_for(("outputs",), deadline)
             marks["checked"] = time.monotonic()
             if msg is None or msg.event != "outputs":  # killed before the device is handed on
-                return self._crash(msg, deadline, config.run_timeout_s)
+                return self._crash(msg, deadline, limit)
         self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded

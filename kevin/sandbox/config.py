@@ -57,6 +57,11 @@ class SandboxConfig:
     """seconds for importing the candidate module (the load_inline build) once it may start compiling"""
     run_timeout_s: float = 60.0
     """seconds for each of the candidate's two runs on its device: the correctness sets, then the timing"""
+    checks_floor_s: float = 10.0
+    """with a measured reference: seconds a correctness run may take beyond ``checks_slowdown`` times the reference's
+    own time on the same sets (process start, device setup, module load); see `checks_timeout_s`"""
+    checks_slowdown: float = 100.0
+    """how many times slower than the reference a kernel may run its correctness sets and still get a verdict"""
     batch_deadline_s: float | None = None
     """seconds from the start of `Sandbox.evaluate_many` after which every unfinished candidate is stopped and
     judged ``timeout`` (None = each candidate is bounded by its own limits only); the call's ``deadline_s``
@@ -132,6 +137,8 @@ class SandboxConfig:
             raise ValueError(f"extra_baselines must name baselines among {BASELINES}")
         if self.batch_deadline_s is not None and not self.batch_deadline_s > 0:
             raise ValueError("batch_deadline_s must be > 0 seconds (or None)")
+        if not (self.checks_floor_s > 0 and self.checks_slowdown > 0):
+            raise ValueError("checks_floor_s and checks_slowdown must be > 0")
         if not (self.compile_timeout_s > 0 and self.run_timeout_s > 0 and self.golden_timeout_s > 0):
             raise ValueError("timeouts must be > 0 seconds")
         if self.n_input_sets < 4:
@@ -150,6 +157,19 @@ class SandboxConfig:
             raise ValueError("workers must be >= 1")
         if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too
             raise ValueError("launch_cover_us must be between 0 and 100000 (microseconds)")
+
+    def checks_timeout_s(self, reference_ms: float | None, n_calls: int) -> float:
+        """Seconds for one correctness run: ``min(run_timeout_s, checks_floor_s + checks_slowdown * n_calls *
+        reference_ms / 1000)``, or ``run_timeout_s`` when the reference was not timed. Correctness runs share their
+        device and a timing waits for all of them, so a forward that hangs must not hold the device for the whole
+        ``run_timeout_s``. Example: a 2 ms reference, 5 sets: min(60, 10 + 100 * 5 * 0.002) = 11 s.
+
+        >>> SandboxConfig().checks_timeout_s(2.0, 5)
+        11.0
+        """
+        if reference_ms is None:
+            return self.run_timeout_s
+        return round(min(self.run_timeout_s, self.checks_floor_s + self.checks_slowdown * n_calls * reference_ms / 1e3), 1)
 
     def baselines_for(self, backend: str) -> tuple[str, ...]:
         """Every reference timing taken on ``backend``: ``baseline`` first, then the extra ones."""

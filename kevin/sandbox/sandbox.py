@@ -456,6 +456,7 @@ class Sandbox:
                     gate = self._devices.gates[slot]
                     checks = gate.shared if self.config.parallel_checks else gate.exclusive
                     result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
+                                       reference_ms=baselines.get("eager"),
                                        checks=state.within(checks, "correctness"),
                                        timing=state.within(gate.exclusive, "timing"))
                     result = dataclasses.replace(result, baselines_ms=dict(baselines))

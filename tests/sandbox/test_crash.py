@@ -1,10 +1,11 @@
 """Crash containment: every way a candidate can die or hang ends as a status with feedback."""
 
+import re
 import time
 from pathlib import Path
 
 from sandbox_cases import RELU_TASK, _config, load_candidate
-from kevin.sandbox import Sandbox
+from kevin.sandbox import Sandbox, SandboxConfig
 
 
 def test_a_segfault_in_forward_is_a_runtime_error_naming_the_signal(dynamic_sandbox, warm_builds):
@@ -36,6 +37,27 @@ def test_an_infinite_loop_is_a_timeout_and_its_process_group_is_killed(cache_dir
     r = sandbox.evaluate(RELU_TASK, load_candidate("crash_infinite_loop"))
     assert r.status == "timeout"
     assert "did not finish within 8 s" in r.feedback
+
+
+def test_a_hung_forward_is_stopped_a_floor_beyond_the_references_time_not_after_the_whole_run_limit(cache_dir,
+                                                                                                   warm_builds):
+    # the correctness run shares its device and every timing waits for it: its limit is checks_floor_s (4 s) plus
+    # 100x the reference's time on the sets (ReLU at CPU sizes: milliseconds in all), not run_timeout_s (60 s)
+    sandbox = Sandbox("cpu", _config(cache_dir, static_checks=False, kernel_inventory=False, run_timeout_s=60.0,
+                                     checks_floor_s=4.0))
+    t0 = time.monotonic()
+    r = sandbox.evaluate(RELU_TASK, load_candidate("crash_infinite_loop"))
+    assert r.status == "timeout"
+    assert re.search(r"did not finish within 4(\.\d)? s", r.feedback), r.feedback
+    assert time.monotonic() - t0 < 40.0
+
+
+def test_an_unmeasured_reference_leaves_the_correctness_run_its_whole_run_limit():
+    # no reference time (measure_speed=False): min(run_timeout_s) = 60 s; measured 2 ms, 5 sets: 10 + 100*5*0.002 = 11 s
+    config = SandboxConfig()
+    assert config.checks_timeout_s(None, 5) == 60.0
+    assert config.checks_timeout_s(2.0, 5) == 11.0
+    assert config.checks_timeout_s(1000.0, 5) == 60.0  # 10 + 500 s, capped by run_timeout_s
 
 
 def test_a_python_error_in_forward_is_a_runtime_error_with_the_traceback(dynamic_sandbox, warm_builds):

@@ -457,24 +457,26 @@ def time_calls(
             n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
         n = max(n, len(rechecks), 1)
         positions = rng.sample(range(n), len(rechecks))
-        plan = [any_source() for _ in range(n)]
-        for content, p in zip(rechecks, positions):
-            seed = rng.getrandbits(63)
-            plan[p] = (fresh.source_for(content, seed), seed)
-            for t in content:  # the golden content stays only as its scattered source: nothing to match inputs with
-                if isinstance(t, torch.Tensor):
-                    t.zero_()
-        rechecks.clear()
-        # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
-        # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
-        in_place = [rng.random() < 0.5 for _ in range(n)]
-        for k, p in enumerate(sorted(positions)[:2]):
-            in_place[p] = k == 0 and p > 0
-        null_out = null_call if null_call is not None and mark is not None else None
-        # Where the copies go, allocated and written before the loop: a copy into fresh memory costs page faults (or
-        # a cudaMalloc) that a null call's copy, freed and reused, would not, and the wall check would count them as
-        # the candidate's work
-        slots = [[torch.zeros_like(t) for t in template] for _ in range(n + 1)] if template else None
+        # the plan's own operators (on a GPU: randperm and the scatter of the rechecks' sources) are the harness's
+        with harness():
+            plan = [any_source() for _ in range(n)]
+            for content, p in zip(rechecks, positions):
+                seed = rng.getrandbits(63)
+                plan[p] = (fresh.source_for(content, seed), seed)
+                for t in content:  # the golden content stays only as its scattered source: nothing to match inputs with
+                    if isinstance(t, torch.Tensor):
+                        t.zero_()
+            rechecks.clear()
+            # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
+            # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
+            in_place = [rng.random() < 0.5 for _ in range(n)]
+            for k, p in enumerate(sorted(positions)[:2]):
+                in_place[p] = k == 0 and p > 0
+            null_out = null_call if null_call is not None and mark is not None else None
+            # Where the copies go, allocated and written before the loop: a copy into fresh memory costs page faults (or
+            # a cudaMalloc) that a null call's copy, freed and reused, would not, and the wall check would count them as
+            # the candidate's work
+            slots = [[torch.zeros_like(t) for t in template] for _ in range(n + 1)] if template else None
         sizes = _loop.segment_sizes(n) if null_out is not None else [n]
         kept_all = []
         i = 0
