@@ -34,12 +34,12 @@ if [ "$RC" != 0 ]; then
 fi
 FB="$R/one/rollouts/step_000001.jsonl.gz"
 echo "== fixed batch, 1 process (t=$SECONDS s)"
-CUDA_VISIBLE_DEVICES=0 timeout "$(cap 80)" python3 recipes/train_multiturn.py $COMMON --output_dir "$R/fb1" \
-  --debug_fixed_batch "$FB" > "$OUT/fixed1.log" 2>&1; echo "rc=$?" >> "$OUT/fixed1.log"
+CUDA_VISIBLE_DEVICES=0 timeout "$(cap 80)" python3 recipes/check_sharding.py $COMMON --output_dir "$R/fb1" \
+  --rollout_file "$FB" > "$OUT/fixed1.log" 2>&1; echo "rc=$?" >> "$OUT/fixed1.log"
 wait "$GEN" 2>/dev/null  # both GPUs are needed from here on
 echo "== fixed batch, 2 processes (t=$SECONDS s)"
-timeout "$(cap 90)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/fb2" \
-  --debug_fixed_batch "$FB" > "$OUT/fixed2.log" 2>&1; echo "rc=$?" >> "$OUT/fixed2.log"
+timeout "$(cap 90)" $LAUNCH2 recipes/check_sharding.py $COMMON --output_dir "$R/fb2" \
+  --rollout_file "$FB" > "$OUT/fixed2.log" 2>&1; echo "rc=$?" >> "$OUT/fixed2.log"
 echo "== two GPUs, 2 steps (t=$SECONDS s)"
 timeout "$(cap 200)" $LAUNCH2 recipes/train_multiturn.py $COMMON --output_dir "$R/two" > "$OUT/two.log" 2>&1
 echo "rc=$?" >> "$OUT/two.log"

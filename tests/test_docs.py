@@ -161,15 +161,11 @@ HISTORY = [
 ]
 
 
-@pytest.mark.xfail(strict=False, reason="existing files still cite the team's notes outside the repository; "
-                   "run `pytest tests/test_docs.py --runxfail` for the file:line list")
 def test_no_file_cites_the_notes_outside_the_repository():
     hits = _matches([re.compile(p) for p in OUTSIDE_NOTES])
     assert hits == [], "references to documents outside the repository:\n" + "\n".join(hits)
 
 
-@pytest.mark.xfail(strict=False, reason="existing files still speak of numbered runs and stops of the work; "
-                   "run `pytest tests/test_docs.py --runxfail` for the file:line list")
 def test_no_file_tells_the_history_of_the_work():
     hits = _matches([re.compile(p) for p in HISTORY])
     assert hits == [], "history of the work (it belongs in benchmarks/LOG.md):\n" + "\n".join(hits)

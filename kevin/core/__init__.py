@@ -1,6 +1,6 @@
 """The pure core of kevin: records, advantages, the GRPO loss, the turn splitter, and the rollout loop.
 
-Everything here imports only torch, einops and the standard library, except ``rollout`` and the policy package
+Everything here imports only torch and the standard library, except ``rollout`` and the policy package
 (``kevin.core.policy``: the backends and their plumbing), which import transformers lazily. See
 ``kevin.core.types`` for the dimensions legend.
 """
