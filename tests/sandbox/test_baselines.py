@@ -45,6 +45,20 @@ def test_tf32_is_allowed_inside_the_block_and_restored_after_it_even_on_an_error
             torch.get_float32_matmul_precision()) == before
 
 
+def test_golden_outputs_are_computed_without_tf32_even_for_cudnn_convolutions():
+    # PyTorch's default lets cuDNN convolutions round to TF32 (10 mantissa bits, about 1e-3 relative): a reference
+    # computed so would reject an honest float32 convolution at the 1e-3 tolerance
+    assert torch.backends.cudnn.allow_tf32  # PyTorch's default, which the golden outputs must not use
+    with _golden.exact_float32():
+        assert not torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cuda.matmul.allow_tf32
+        assert torch.get_float32_matmul_precision() == "highest"
+        with _golden.pytorch_defaults():  # what the eager baseline is timed under, inside the golden's exact block
+            assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.allow_tf32
+    assert torch.backends.cudnn.allow_tf32
+
+
 def test_a_baseline_that_fails_is_left_out_with_its_error_and_the_others_are_timed(monkeypatch):
     def no_compiler(model, **kwargs):
         raise RuntimeError("no compiler here")

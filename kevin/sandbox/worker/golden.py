@@ -168,19 +168,39 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     return meta
 
 
+# PyTorch's own float32 settings, read at import: the "eager" and "compile" baselines are timed under them
+_DEFAULTS = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+
+
 @contextlib.contextmanager
-def tf32_allowed() -> Iterator[None]:
-    """TF32 for float32 matmuls and cuDNN convolutions inside the block; the previous settings restored after."""
+def _float32_settings(matmul_tf32: bool, cudnn_tf32: bool, precision: str) -> Iterator[None]:
+    """Matmul and cuDNN TF32 and the float32 matmul precision inside the block; the previous settings after."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
              torch.get_float32_matmul_precision())
     try:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.set_float32_matmul_precision("high")
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul_tf32, cudnn_tf32
+        torch.set_float32_matmul_precision(precision)
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
         torch.set_float32_matmul_precision(saved[2])
+
+
+def exact_float32() -> contextlib.AbstractContextManager[None]:
+    """Full float32 for the golden outputs. PyTorch lets cuDNN convolutions use TF32 by default
+    (``torch.backends.cudnn.allow_tf32`` is True), which rounds a convolution's inputs to 10 mantissa bits: a
+    reference computed that way differs from an honest float32 kernel by more than the 1e-3 tolerance."""
+    return _float32_settings(False, False, "highest")
+
+
+def pytorch_defaults() -> contextlib.AbstractContextManager[None]:
+    """PyTorch's default float32 settings (cuDNN TF32 on, matmul TF32 off): what "eager" is timed under."""
+    return _float32_settings(*_DEFAULTS)
+
+
+def tf32_allowed() -> contextlib.AbstractContextManager[None]:
+    """TF32 for float32 matmuls and cuDNN convolutions inside the block (the "tf32" baseline)."""
+    return _float32_settings(True, True, "high")
 
 
 def compiled(model: Any, pool: list[list[Any]], n_warmup: int) -> tuple[Callable[..., Any], float]:
@@ -210,7 +230,7 @@ def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dic
     errors: dict[str, str] = {}
     for name in names:
         try:
-            fn, settings, extra = model, contextlib.nullcontext(), {}
+            fn, settings, extra = model, pytorch_defaults(), {}
             if name == "tf32":
                 settings = tf32_allowed()
             elif name == "compile":
@@ -256,7 +276,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         torch.cuda.set_device(device)
     for spec in job["tasks"]:
         try:
-            golden_for_task(spec, job, device, channel)
+            with exact_float32():  # the baselines inside are timed under PyTorch's defaults
+                golden_for_task(spec, job, device, channel)
             channel.send("task_done", key=spec["key"])
         except Exception as exc:  # noqa: BLE001 - a broken task is reported, the others still run
             channel.send("task_error", key=spec["key"], message=_worker.error_text(exc, 2000))
