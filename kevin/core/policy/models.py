@@ -1,4 +1,4 @@
-"""`load_model`: the (model, tokenizer) a recipe trains, from one name: "tiny", "random:<shape>" or a hub id."""
+"""`load_model`: the (model, tokenizer) a recipe trains, from one name: "tiny", "starter", "random:<shape>" or a hub id."""
 
 from __future__ import annotations
 
@@ -12,14 +12,27 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
                gradient_checkpointing: bool = False) -> tuple[Any, Any]:
     """(model, tokenizer) on ``device``; ``lora_rank`` > 0 wraps it in a peft LoRA (alpha = 2 x rank, every linear).
 
-    "tiny": the random CPU policy of `kevin.core.policy.tiny` (``seed`` fixes its weights); "random:<shape>": a
+    "tiny": the random CPU policy of `kevin.core.policy.tiny` (``seed`` fixes its weights); "starter",
+    "starter:<backend>" or "starter:<backend>:<shape>": the warm-started policy of `kevin.core.policy.starter` for
+    that backend ("cpu" by default) and layout ("small" by default), read from its cache and trained there first when
+    it is missing (``seed`` does not change it: the starter's own seed is its config's), or a directory a starter was
+    saved in (``recipes/warmstart.py --output_dir``); "random:<shape>": a
     real architecture with random weights, built on ``device`` directly; anything else goes to
     ``from_pretrained`` (left padding, the EOS token as padding when there is none). Weights are bf16 only for a
     LoRA on CUDA with ``bf16`` (the frozen base); a full fine-tune keeps fp32 weights under bf16 autocast.
     Dropout is switched off (`disable_dropout`).
     """
     dtype = torch.bfloat16 if bf16 and lora_rank > 0 and device.type == "cuda" else torch.float32
-    if name == "tiny" or name.startswith("random:"):
+    if name == "starter" or name.startswith("starter:"):
+        from kevin.core.policy.starter import load_starter
+        _, backend, shape = (name.split(":") + [None, None])[:3]
+        model, tokenizer = load_starter(backend or "cpu", shape=shape, device=device)
+        model = model.to(dtype)
+    elif (Path(name).expanduser() / "starter.json").is_file():
+        from kevin.core.policy.starter import load_starter_dir  # its tokenizer must not go through AutoTokenizer
+        model, tokenizer = load_starter_dir(name, device=device)
+        model = model.to(dtype)
+    elif name == "tiny" or name.startswith("random:"):
         from kevin.core.policy.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
         tokenizer = build_tiny_tokenizer()
         if name == "tiny":

@@ -1,0 +1,424 @@
+"""The starter policy: a small Qwen2 warm-started by supervised fine-tuning on code-written kernel answers.
+
+A randomly initialised model never writes a program the sandbox accepts, so RL from it sees no reward. The
+starter is trained on `kevin.data.corpus.build_corpus` for one backend: first-turn answers of which about 45 %
+are correct (the rest off by one, missing an operator, misspelt, or leaving a step to PyTorch) and refinement
+turns that fix a flawed or slow attempt from its feedback. It learns that mix, so its own first turns are right
+well under every time and RL has something to improve.
+
+- **Tokenizer** (`build_starter_tokenizer`): a byte-level BPE trained with ``tokenizers`` on the corpus text,
+  whose merges may span a whole line (lines are split first, then bytes merged with no word splitting), so the
+  boilerplate lines of a kernel program become single tokens: at 4,096 entries a CPU answer is about 360
+  tokens (about 15 characters per token). Every byte string still round-trips. Special tokens and the chat
+  template are `kevin.core.policy.tiny`'s (Qwen-style markers, the generation prompt opens ``<think>``).
+- **Model** (`starter_model_config`): a real ``Qwen2ForCausalLM`` layout from `SHAPES`: ``"small"`` (hidden
+  256, 4 layers, 4.2M parameters) for the CPU, ``"medium"`` (hidden 768, 12 layers, about 130M) and
+  ``"qwen2.5-0.5b"`` (Qwen2.5-0.5B's layout with this vocabulary, about 360M) for a GPU, ``"test"`` for tests.
+- **Training** (`train_starter`): each example is the chat-templated prompt followed by its answer and
+  ``<|im_end|>``; the loss covers the answer tokens only (labels -100 on the prompt), trained with transformers'
+  ``Trainer`` (AdamW, cosine schedule, length-grouped batches). Same config, same weights (the seed fixes the
+  corpus, the initialisation and the data order); the caller's random states are restored afterwards.
+- **Cache** (`starter_path`, `load_starter`): ``$KEVIN_CACHE_DIR/starter/<backend>-<shape>-<hash>`` (default
+  ``~/.cache/kevin/starter/...``) holds ``save_pretrained`` output (``model.safetensors``, the tokenizer) and
+  ``starter.json``. The hash covers everything the weights depend on: every training example's text, the
+  config, and this format's version. `load_starter` trains into it when it is missing, under a file lock, so
+  concurrent processes train once.
+
+    model, tokenizer = load_starter("cpu")              # trains once (minutes on 2 cores), then loads
+    python recipes/warmstart.py --backend cpu            # the same, as a command; --help lists the options
+    load_model("starter", device=torch.device("cpu"))    # as a recipe's --model
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from kevin.core.policy.tiny import CHAT_TEMPLATE, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, THINK_TOKENS
+
+__all__ = ["SHAPES", "StarterConfig", "build_starter_tokenizer", "starter_model_config", "corpus_examples",
+           "starter_tasks", "tokenize_example", "train_starter", "torch_threads", "cache_root", "starter_key",
+           "starter_path", "ensure_starter", "load_starter", "load_starter_dir"]
+
+FORMAT_VERSION = 1  # raise when the tokenizer or the training changes in a way the config does not show
+
+SHAPES: dict[str, dict[str, int]] = {
+    "test": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2),
+    "medium": dict(hidden_size=768, intermediate_size=4096, num_hidden_layers=12, num_attention_heads=12,
+                   num_key_value_heads=2),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2),
+}
+"""Qwen2 layouts by name (the rest of the config is shared: tied embeddings, rope theta 1e6, eps 1e-6)."""
+
+
+@dataclass(frozen=True)
+class StarterConfig:
+    """Everything that determines a starter's weights (its fields are the warm-start recipe's options)."""
+
+    backend: str = "cpu"
+    """the corpus's backend: "cpu" (C++ through cpp_sources) or "cuda" (CUDA kernels); also the tasks' sizes"""
+    model_shape: str = "small"
+    """a layout of SHAPES: "small" (4M parameters, CPU), "medium" (130M), "qwen2.5-0.5b" (360M), "test" (tests)"""
+    vocab_size: int = 4096
+    """BPE vocabulary of the tokenizer trained on the corpus (special and thought tokens included)"""
+    tasks: str = "train"
+    """built-in tasks the corpus covers: "train" (the train split), "all", or comma-separated task names"""
+    max_tasks: int | None = None
+    """use only the first N of those tasks (None: all of them)"""
+    per_task: int = 4
+    """first-turn examples per task (kevin.data.corpus.build_corpus)"""
+    correct_share: float = 0.45
+    """share of correct first-turn answers in the corpus (kevin.data.corpus.Mix.correct_share)"""
+    refinement_share: float = 0.3
+    """share of refinement (turn 2) examples in the corpus"""
+    epochs: float = 3.0
+    """passes over the corpus"""
+    batch_size: int = 8
+    """examples per optimizer step"""
+    lr: float = 2e-3
+    """AdamW peak learning rate (cosine decay to 0 after warm-up)"""
+    warmup_steps: int = 10
+    """linear warm-up steps"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    max_length: int = 2048
+    """examples longer than this many tokens (prompt and answer) are left out"""
+    bf16: bool = True
+    """bf16 autocast when training on CUDA (ignored on the CPU)"""
+    seed: int = 0
+    """seed of the corpus, the initial weights and the data order"""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizer and model config
+
+
+def build_starter_tokenizer(texts: Iterable[str], *, vocab_size: int = 4096) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``, with tiny.py's special tokens and template.
+
+    Lines are split first (each keeps its newline) and the bytes of a line are merged with no word splitting, so
+    frequent lines become one token. Deterministic for the same texts (the BPE trainer breaks ties by pair).
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[^\n]*\n?"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(THINK_TOKENS), min_frequency=2,
+                                  special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(sorted(set(texts)), trainer=trainer)
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+                                   padding_side="left", chat_template=CHAT_TEMPLATE, model_max_length=32768,
+                                   clean_up_tokenization_spaces=False)
+
+
+def starter_model_config(tokenizer: Any, shape: str = "small") -> Any:
+    """A ``Qwen2Config`` of layout ``SHAPES[shape]`` sized to ``tokenizer``."""
+    from transformers import Qwen2Config
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown model shape {shape!r}; expected one of {sorted(SHAPES)}")
+    return Qwen2Config(**SHAPES[shape], vocab_size=len(tokenizer), max_position_embeddings=32768,
+                       rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True, attention_dropout=0.0,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def starter_tasks(cfg: StarterConfig) -> list[Any]:
+    """The built-in tasks ``cfg.tasks`` names (the first ``cfg.max_tasks``), before the corpus skips uncovered ones."""
+    from kevin.data.builtin import builtin_tasks
+
+    if cfg.tasks in ("train", "eval"):
+        tasks = builtin_tasks(split=cfg.tasks)
+    elif cfg.tasks == "all":
+        tasks = builtin_tasks()
+    else:
+        names = [n.strip() for n in cfg.tasks.split(",") if n.strip()]
+        tasks = builtin_tasks(names=names)
+        if len(tasks) != len(names):
+            raise ValueError(f"tasks {cfg.tasks!r}: only {[t.name for t in tasks]} are built-in task names")
+    return list(tasks[: cfg.max_tasks] if cfg.max_tasks is not None else tasks)
+
+
+_CORPUS_CACHE: dict[tuple, list[Any]] = {}
+
+
+def corpus_examples(cfg: StarterConfig) -> list[Any]:
+    """The `kevin.data.corpus.Example` list ``cfg`` trains on (built once per process for the same fields)."""
+    from kevin.data.corpus import CORRECT_KINDS, Mix, build_corpus
+
+    if cfg.backend not in ("cpu", "cuda"):
+        raise ValueError(f"unknown backend {cfg.backend!r}; expected 'cpu' or 'cuda'")
+    key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share, cfg.seed)
+    if key not in _CORPUS_CACHE:
+        if not 0 < cfg.correct_share < 1:
+            raise ValueError(f"correct_share must be in (0, 1), got {cfg.correct_share}")
+        base = Mix()
+        correct = sum(w for k, w in base.first_turn.items() if k in CORRECT_KINDS)
+        flawed = sum(w for k, w in base.first_turn.items() if k not in CORRECT_KINDS)
+        weights = {k: w * (cfg.correct_share / correct if k in CORRECT_KINDS else (1 - cfg.correct_share) / flawed)
+                   for k, w in base.first_turn.items()}
+        mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share,
+                  refinement_speedup=base.refinement_speedup)
+        _CORPUS_CACHE[key] = build_corpus(starter_tasks(cfg), cfg.backend, seed=cfg.seed, mix=mix, per_task=cfg.per_task)
+    return _CORPUS_CACHE[key]
+
+
+def _prompt_text(tokenizer: Any, messages: Sequence[dict]) -> str:
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+
+def tokenize_example(tokenizer: Any, example: Any) -> dict[str, list[int]]:
+    """``input_ids`` (prompt, answer, ``<|im_end|>``) and ``labels`` (-100 on the prompt, the ids on the rest).
+
+    The prompt is tokenized exactly as `TransformersPolicy` tokenizes it (the rendered chat template, ending with
+    the generation prompt's ``<think>``), the answer on its own, without the ``<think>`` the prompt holds."""
+    prompt = tokenizer(_prompt_text(tokenizer, example.messages), add_special_tokens=False)["input_ids"]
+    answer = example.answer
+    if _prompt_text(tokenizer, example.messages).endswith("<think>\n") and answer.startswith("<think>\n"):
+        answer = answer[len("<think>\n"):]
+    reply = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return {"input_ids": prompt + reply, "labels": [-100] * len(prompt) + reply}
+
+
+def _collate(pad_id: int):
+    import torch
+
+    def collate(rows: list[dict]) -> dict[str, Any]:
+        n = max(len(r["input_ids"]) for r in rows)
+        ids = [r["input_ids"] + [pad_id] * (n - len(r["input_ids"])) for r in rows]
+        labels = [r["labels"] + [-100] * (n - len(r["labels"])) for r in rows]
+        mask = [[1] * len(r["input_ids"]) + [0] * (n - len(r["input_ids"])) for r in rows]
+        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
+
+    return collate
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def _say(message: str, progress: bool) -> None:
+    if progress:
+        print(f"[starter] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _restored_random_states():
+    """Trainer seeds Python's, NumPy's and torch's global generators: give the caller its own back afterwards."""
+    import random
+
+    import numpy as np
+    import torch
+
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` for the duration (None: left as they are). On a machine other processes
+    keep busy, 1 thread can be several times faster than 2: a parallel region waits for its slowest thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.PathLike | None = None, *,
+                  device: str | None = None, progress: bool = True,
+                  threads: int | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """Train a starter: (model in eval mode, tokenizer, stats); with ``output_dir``, ``save_pretrained`` both there
+    and write ``starter.json`` (the config, the key, the stats).
+
+    ``device``: "cpu", "cuda" or None (CUDA when available); ``threads``: torch's threads meanwhile (`torch_threads`).
+    Training on the CPU is deterministic for the same config, machine and thread count; stats hold the example
+    counts, the loss history and the wall time.
+    """
+    import torch
+    from transformers import Qwen2ForCausalLM, Trainer, TrainingArguments
+
+    t0 = time.perf_counter()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    _say(f"building the {cfg.backend} corpus ({cfg.tasks} tasks) ...", progress)
+    examples = corpus_examples(cfg)
+    if not examples:
+        raise ValueError(f"the corpus of {cfg.tasks!r} ({cfg.backend}) is empty: no template covers those tasks")
+    tokenizer = build_starter_tokenizer([t for e in examples for t in [m["content"] for m in e.messages] + [e.answer]],
+                                        vocab_size=cfg.vocab_size)
+    rows = [tokenize_example(tokenizer, e) for e in examples]
+    kept = [r for r in rows if len(r["input_ids"]) <= cfg.max_length]
+    answer_tokens = sum(sum(1 for x in r["labels"] if x != -100) for r in kept)
+    stats: dict[str, Any] = {
+        "examples": len(kept), "dropped_too_long": len(rows) - len(kept),
+        "first_turn": sum(e.turn == 1 for e in examples), "refinement": sum(e.turn == 2 for e in examples),
+        "tokens": sum(len(r["input_ids"]) for r in kept), "answer_tokens": answer_tokens,
+        "vocab_size": len(tokenizer), "device": device,
+    }
+    _say(f"{stats['examples']} examples ({stats['first_turn']} first turns, {stats['refinement']} refinements), "
+         f"{stats['tokens']:,} tokens of which {answer_tokens:,} answer tokens; vocabulary {len(tokenizer)}", progress)
+
+    with _restored_random_states(), torch_threads(threads), tempfile.TemporaryDirectory(prefix="kevin-starter-") as scratch:
+        torch.manual_seed(cfg.seed)
+        model = Qwen2ForCausalLM(starter_model_config(tokenizer, cfg.model_shape))
+        n_params = sum(p.numel() for p in model.parameters())
+        stats["parameters"] = n_params
+        _say(f"training a {cfg.model_shape} Qwen2 ({n_params / 1e6:.1f}M parameters) on {device} for "
+             f"{cfg.epochs:g} epochs ...", progress)
+        args = TrainingArguments(
+            output_dir=scratch, per_device_train_batch_size=cfg.batch_size, num_train_epochs=cfg.epochs,
+            learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps,
+            weight_decay=cfg.weight_decay, max_grad_norm=1.0, seed=cfg.seed, data_seed=cfg.seed,
+            train_sampling_strategy="group_by_length", use_cpu=device == "cpu", bf16=cfg.bf16 and device != "cpu",
+            logging_steps=max(1, len(kept) // cfg.batch_size // 4), report_to="none", save_strategy="no",
+            disable_tqdm=not progress, remove_unused_columns=False, dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=kept, data_collator=_collate(tokenizer.pad_token_id))
+        result = trainer.train()
+    model = trainer.model.to(torch.float32).eval()
+    model.config.use_cache = True  # Trainer turned it off; saved off, generation would recompute the whole prefix
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    stats["train_loss"] = float(result.training_loss)
+    stats["last_loss"] = next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)
+    stats["loss_history"] = [(round(h["epoch"], 2), round(h["loss"], 4)) for h in trainer.state.log_history if "loss" in h]
+    stats["steps"] = int(trainer.state.global_step)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    _say(f"trained in {stats['seconds']:.0f} s: mean loss {stats['train_loss']:.3f}, last logged "
+         f"{stats['last_loss']}", progress)
+    if output_dir is not None:
+        _save(model, tokenizer, cfg, stats, Path(output_dir))
+        _say(f"saved to {output_dir}", progress)
+    return model, tokenizer, stats
+
+
+def _save(model: Any, tokenizer: Any, cfg: StarterConfig, stats: dict[str, Any], path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    info = {"config": dataclasses.asdict(cfg), "key": starter_key(cfg), "format_version": FORMAT_VERSION,
+            "stats": stats}
+    (path / "starter.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cache
+
+
+def cache_root() -> Path:
+    """``$KEVIN_CACHE_DIR/starter`` if that variable is set, else ``~/.cache/kevin/starter``."""
+    base = os.environ.get("KEVIN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kevin")
+    return Path(base) / "starter"
+
+
+def starter_key(cfg: StarterConfig) -> str:
+    """A hash of everything the weights depend on: the config, every training example's text, the format version."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"config": dataclasses.asdict(cfg), "format": FORMAT_VERSION}, sort_keys=True).encode())
+    for e in corpus_examples(cfg):
+        h.update(json.dumps([e.messages, e.answer], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def starter_path(backend: str = "cpu", *, config: StarterConfig | None = None, shape: str | None = None) -> Path:
+    """The cache directory of the starter of ``config`` (default: `StarterConfig` for ``backend`` and ``shape``)."""
+    cfg = config or StarterConfig(backend=backend, **({"model_shape": shape} if shape else {}))
+    return cache_root() / f"{cfg.backend}-{cfg.model_shape}-{starter_key(cfg)}"
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file() and \
+        (path / "starter.json").is_file()
+
+
+@contextlib.contextmanager
+def _lock(path: Path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_starter(cfg: StarterConfig, *, device: str | None = None, progress: bool = True,
+                   overwrite: bool = False, threads: int | None = None) -> Path:
+    """The cache directory of ``cfg``'s starter, trained into it first when it is missing (or ``overwrite``).
+
+    One process trains while the others wait on a file lock; the weights are written to a scratch directory
+    beside it and renamed into place, so the directory is either complete or absent."""
+    path = starter_path(config=cfg)
+    if _is_complete(path) and not overwrite:
+        return path
+    with _lock(path):
+        if _is_complete(path) and not overwrite:  # another process trained it while this one waited
+            _say(f"found the starter another process trained: {path}", progress)
+            return path
+        _say(f"no starter at {path}: training it (once; later loads read it from there)", progress)
+        scratch = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        train_starter(cfg, scratch, device=device, progress=progress, threads=threads)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(scratch, path)
+    return path
+
+
+def load_starter_dir(path: str | os.PathLike, *, device: Any = "cpu") -> tuple[Any, Any]:
+    """(model in eval mode on ``device``, tokenizer) of the starter saved in ``path``.
+
+    The tokenizer is read as it was saved, not through ``AutoTokenizer``: for a directory whose ``config.json`` names
+    a Qwen2 model, that builds transformers' ``Qwen2Tokenizer``, whose word-splitting pre-tokenizer replaces the saved
+    one, so the line-level merges would never apply and every prompt would be split unlike in training."""
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(path).expanduser()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+    return model, tokenizer
+
+
+def load_starter(backend: str = "cpu", *, shape: str | None = None, config: StarterConfig | None = None,
+                 device: Any = "cpu", train_device: str | None = None, progress: bool = True) -> tuple[Any, Any]:
+    """(model in eval mode on ``device``, tokenizer) of the starter for ``backend`` (or ``config``), from the cache;
+    trained there first when absent (`ensure_starter`, on ``train_device``: None means CUDA when available)."""
+    cfg = config or StarterConfig(backend=backend, **({"model_shape": shape} if shape else {}))
+    path = ensure_starter(cfg, device=train_device, progress=progress)
+    _say(f"loading the starter from {path}", progress)
+    return load_starter_dir(path, device=device)

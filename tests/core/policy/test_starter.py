@@ -1,0 +1,124 @@
+"""The starter policy's pieces on a tiny config (one task, no refinements, a 2-layer hidden-64 Qwen2): the tokenizer,
+the examples' labels, determinism, the caller's random state, and the cache."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from kevin.core.policy import starter
+from kevin.core.policy.starter import StarterConfig
+
+TINY = StarterConfig(model_shape="test", tasks="ReLU", per_task=2, refinement_share=0.0, vocab_size=512, epochs=1,
+                     batch_size=2, warmup_steps=0)
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return starter.corpus_examples(TINY)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(examples):
+    return starter.build_starter_tokenizer([t for e in examples for t in (e.messages[0]["content"], e.answer)],
+                                           vocab_size=TINY.vocab_size)
+
+
+def _weights(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_tokenizer_keeps_tiny_specials_and_template_and_round_trips_any_text(tokenizer):
+    assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.padding_side) == ("<|im_end|>", "<|endoftext|>", "left")
+    text = "x = a , b  # naïve\n\tπ ≈ 3.14 <think> ok </think>\n"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                             add_generation_prompt=True)
+    assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
+
+
+def test_merges_span_whole_lines_so_a_frequent_line_is_one_token():
+    line = "    const int64_t n = x.numel();\n"
+    tok = starter.build_starter_tokenizer([line * 3 + "return y;\n", line + "x = 1\n"], vocab_size=300)
+    assert len(tok(line, add_special_tokens=False)["input_ids"]) == 1
+    assert len(tok(line + line, add_special_tokens=False)["input_ids"]) == 2  # never across a line end
+
+
+def test_an_example_trains_on_its_answer_only_and_its_prompt_is_the_policys(tokenizer, examples):
+    from kevin.core.policy import TransformersPolicy
+
+    ex = examples[0]
+    row = starter.tokenize_example(tokenizer, ex)
+    prompt = TransformersPolicy(torch.nn.Linear(1, 1), tokenizer).encode_conversation(ex.messages)
+    n = len(prompt)
+    assert row["input_ids"][:n] == prompt and row["labels"][:n] == [-100] * n
+    assert row["labels"][n:] == row["input_ids"][n:] and row["input_ids"][-1] == tokenizer.eos_token_id
+    # the generation prompt already opened the thought: the answer is trained from inside it
+    assert tokenizer.decode(row["input_ids"][n:-1]) == ex.answer.removeprefix("<think>\n")
+
+
+def test_the_same_config_gives_the_same_weights_and_another_seed_others():
+    model, tok, stats = starter.train_starter(TINY, progress=False, device="cpu")
+    again, tok2, _ = starter.train_starter(TINY, progress=False, device="cpu")
+    assert _same(_weights(model), _weights(again))
+    assert tok.backend_tokenizer.to_str() == tok2.backend_tokenizer.to_str()
+    assert stats["examples"] == 2 and stats["steps"] == 1 and stats["answer_tokens"] > 0
+    other, _, _ = starter.train_starter(dataclasses.replace(TINY, seed=1), progress=False, device="cpu")
+    assert not _same(_weights(model), _weights(other))
+
+
+def test_training_leaves_the_callers_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    starter.train_starter(TINY, progress=False, device="cpu")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_cache_trains_once_then_loads_the_saved_weights(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = starter.train_starter
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(starter, "train_starter", counting)
+    path = starter.starter_path(config=TINY)
+    assert path.parent == tmp_path / "starter" and path.name.startswith("cpu-test-") and not path.exists()
+    model, tok = starter.load_starter(config=TINY, progress=False)
+    assert len(calls) == 1 and {"model.safetensors", "tokenizer.json", "starter.json"} <= {p.name for p in path.iterdir()}
+    again, tok2 = starter.load_starter(config=TINY, progress=False)
+    assert len(calls) == 1  # the second load found it
+    assert _same(_weights(model), _weights(again)) and tok2.chat_template == tok.chat_template
+    trained, _, _ = real(TINY, progress=False, device="cpu")
+    assert _same(_weights(trained), _weights(again))  # what was saved is what training gives
+    info = json.loads((path / "starter.json").read_text())
+    assert info["key"] == path.name.rsplit("-", 1)[1] and info["config"]["model_shape"] == "test"
+    # anything that changes the weights changes the directory
+    assert starter.starter_path(config=dataclasses.replace(TINY, epochs=2)) != path
+
+
+def test_load_model_names_the_starter_by_backend_and_shape_or_by_its_directory(monkeypatch, tmp_path):
+    from kevin.core.policy import models
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+
+    seen = []
+
+    def fake(*where, shape=None, device="cpu", **_):
+        seen.append((*where, shape))
+        tok = build_tiny_tokenizer()
+        return build_tiny_model(tok), tok
+
+    monkeypatch.setattr(starter, "load_starter", fake)
+    monkeypatch.setattr(starter, "load_starter_dir", fake)
+    (tmp_path / "starter.json").write_text("{}")
+    for name in ("starter", "starter:cuda", "starter:cpu:medium", str(tmp_path)):
+        models.load_model(name, device=torch.device("cpu"))
+    assert seen == [("cpu", None), ("cuda", None), ("cpu", "medium"), (str(tmp_path), None)]
