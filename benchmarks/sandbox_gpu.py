@@ -86,6 +86,7 @@ def summarize(r) -> dict:
         "status": r.status, "runtime_ms": r.runtime_ms, "baseline_ms": r.baseline_ms, "speedup": r.speedup,
         "compile_seconds": d.get("compile_seconds"), "run_seconds": d.get("run_seconds"),
         "seconds_to_outputs": d.get("seconds_to_outputs"), "total_seconds": d.get("total_seconds"),
+        "phase_seconds": d.get("phase_seconds"),
         "n_trials": (d.get("timing") or {}).get("n_trials"), "feedback": r.feedback[:2000],
     }
 

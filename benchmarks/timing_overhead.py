@@ -6,7 +6,8 @@ about 0.48 s each for 105 calls, so about 2.6 ms per call around a 1.9 ms kernel
 `kevin.sandbox.worker.timing.time_calls` on the benchmark's task (C = A @ B, fp32, N = 2048, four pool sets)
 with ``torch.mm`` as the call, and the pieces of one call separately: the fresh inputs (a random permutation of
 every tensor into a new buffer), the L2 flush, the persisting-L2 reset, the timer's synchronize, and
-``torch.randperm`` alone. Each piece is timed ``--reps`` times between ``torch.cuda.synchronize()`` calls on the
+``torch.randperm`` alone, and the whole loop bare and with each of the harness's watches (the operator profiler,
+the tripwire audit after every call, the null calls). Each piece is timed ``--reps`` times between ``torch.cuda.synchronize()`` calls on the
 host clock; ms is the median.
 
     python benchmarks/timing_overhead.py --out OUT      # writes OUT/timing_overhead.json
@@ -79,18 +80,23 @@ def main() -> None:
         e.synchronize()
 
     row["events_and_sync_ms"] = host_ms(sync_pair, a.reps)
+    from kevin.sandbox.worker.guards import Tripwires, numerics_flags
     from kevin.sandbox.worker.inventory import ProfiledOps
 
-    # as the candidate process calls it: 3 rechecks (golden content at secret positions), each watched by the
-    # operator profiler (torch.mm is reported there as compute; only the cost matters here)
-    rechecks = {p: pool[p % 4] for p in (17, 48, 83)}
-    for label, kwargs in (("plain", {}), ("rechecks", {"rechecks": rechecks}),
-                          ("rechecks_profiled", {"rechecks": rechecks, "inventory": ProfiledOps})):
+    # as the candidate process calls it: 3 rechecks at secret positions, then each of the harness's watches alone and
+    # all together (the operator profiler over the loop, the tripwire audit after every call, the null calls)
+    wires, flags = Tripwires(), numerics_flags()
+    watches = {"inventory": {"inventory": ProfiledOps},
+               "audit": {"audit": lambda full: wires.changes(dispatcher=full, flags=flags)},
+               "null_calls": {"null_call": lambda args: torch.empty_like(args[0]), "mark": lambda *a, **k: None}}
+    variants = {"plain": {}, **watches, "all": {k: v for w in watches.values() for k, v in w.items()}}
+    for label, kwargs in variants.items():
         for repeat in range(2):  # the first run also grows the caching allocator
+            rechecks = [[t.clone() for t in pool[p % 4]] for p in range(3)]
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             run = timing.time_calls(lambda args: torch.mm(*args), pool, device=dev, n_warmup=5, n_trials=100,
-                                    budget_s=60.0, rng=random.Random(1), **kwargs)
+                                    budget_s=60.0, rng=random.Random(1), rechecks=rechecks, **kwargs)
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
         row[f"time_calls_{label}_wall_s"] = round(wall, 4)

@@ -104,7 +104,7 @@ def _trusted_objects() -> dict[str, Any]:
         objs[f"kevin.sandbox.worker.timing.{name}"] = getattr(timing, name, None)
     for name in ("make", "source_for", "_indices", "_new_buffer"):
         objs[f"kevin.sandbox.worker.timing.FreshInputs.{name}"] = vars(timing.FreshInputs).get(name)
-    for name in ("ALLOWED", "OpInventory", "ProfiledOps"):
+    for name in ("ALLOWED", "OpInventory", "ProfiledOps", "top_level_aten_ops"):
         objs[f"kevin.sandbox.worker.inventory.{name}"] = getattr(_inventory, name, None)
     for cls in (_inventory.OpInventory, _inventory.ProfiledOps):
         for name in ("__enter__", "__exit__", "__torch_dispatch__", "compute_ops"):
