@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from kevin.core.eval.plots import PLOT_FILES
 from kevin.core.run.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                        restore_training_state, rng_state, save_checkpoint, training_state)
 from kevin.core.run.loggers import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from,
@@ -24,10 +25,13 @@ REPORT_KEYS = ("step", "reward/score_mean", "reward/return_mean", "rollout/corre
 
 def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, checkpoint: Any = None,
                      keys: Iterable[str] = REPORT_KEYS) -> Path:
-    """Write ``out_dir/report.md``: a title, a summary line and one table row per step of ``metrics.jsonl``.
+    """Write ``out_dir/report.md``: a title, a summary line, one table row per step of ``metrics.jsonl`` and the
+    plots over the steps (`kevin.core.eval.plots`: PNGs beside it, each embedded).
 
-    Only step records (those with ``loss/policy``) are tabulated. When no step earned any reward, the report
-    says so, since a table of zeros otherwise reads like a bug.
+    Only step records (those with ``loss/policy``) are tabulated and plotted. When no step earned any reward, the
+    report says so, since a table of zeros otherwise reads like a bug. The report names the panels it had nothing
+    to draw in; a plot file of an earlier report that this one does not draw is deleted, so the
+    directory holds exactly the plots the report embeds.
     """
     out = Path(out_dir)
     records = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
@@ -36,17 +40,47 @@ def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, ch
         lines += ["Every reward was 0: no kernel was correct. That is expected of the tiny model and of randomly",
                   "initialised models, whose output never parses; recipes/teach_credit_assignment.py shows learning",
                   "on the CPU.", ""]
+    lines += _plot_lines(records, out)
     lines += [f"Latest checkpoint: {checkpoint}", "",
-              "Files: config.json, metrics.jsonl, rollouts/step_*.jsonl.gz, checkpoints/step_*/"]
+              "Files: config.json, metrics.jsonl, plot_*.png, rollouts/step_*.jsonl.gz, checkpoints/step_*/"]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
+def _plot_lines(records: list[dict[str, Any]], out: Path) -> list[str]:
+    """Draw the step plots into ``out`` and return the report's lines that embed them (a plotting failure is
+    reported there rather than raised: the run's results are already saved)."""
+    from kevin.core.eval.plots import PANELS, write_step_plots
+
+    if not records:
+        written, problem = [], ""
+    else:
+        try:
+            written, problem = write_step_plots(records, out), ""
+        except ImportError as exc:
+            written, problem = [], f"Plots not drawn: {exc} (install the train extra for matplotlib)."
+        except Exception as exc:  # noqa: BLE001 - the report of a finished run is written whatever the plots do
+            written, problem = [], f"Plots not drawn: {type(exc).__name__}: {exc}"
+    names = {path.name for _, path in written}
+    for name in PLOT_FILES:
+        if name not in names and (out / name).is_file():
+            (out / name).unlink()
+    lines = ["## Over the steps", ""] if written else []
+    for panel, path in written:
+        lines += [f"![{panel.title}]({path.name})", ""]
+    drawn = {panel.name for panel, _ in written}
+    missing = [title for name, (title, _) in PANELS.items() if name not in drawn]
+    if records and not problem and missing:
+        lines += [f"Not plotted, nothing to draw in any step (not logged, or no correct kernel for the speedup): "
+                  f"{'; '.join(missing)}.", ""]
+    return lines + ([problem, ""] if problem else [])
+
+
 RUN_FILES = ("config.json", "metrics.jsonl", "report.md", "turns.png", "equal_budget.png", "checkpoints", "rollouts",
-             "evaluation")
+             "evaluation", *PLOT_FILES)
 """What a recipe writes into its output directory (files and folders; ``evaluation``: evaluate.py's default output
-for a training run)."""
+for a training run; the ``plot_*.png`` of `write_run_report`)."""
 
 
 def earlier_run(out_dir: str | os.PathLike, names: Iterable[str] = RUN_FILES) -> list[str]:
