@@ -12,6 +12,7 @@ MODULES = [
     "kevin.rewards",
     "kevin.rewards.score",
     "kevin.rewards.aggregate",
+    "kevin.rewards.telemetry",
     "kevin.core.advantages",
     "kevin.core.loss",
     "kevin.core.split",

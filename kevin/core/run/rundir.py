@@ -221,6 +221,7 @@ class RunDir:
         from accelerate.utils import gather_object
 
         from kevin.core.eval.metrics import metrics_dict
+        from kevin.rewards.telemetry import rejection_shares
 
         acc, dev = self.acc, self.acc.device
         losses = {k: acc.reduce(torch.stack([u[k] for u in updates]).mean().to(dev), "mean").item() for k in updates[0]}
@@ -232,7 +233,7 @@ class RunDir:
         scores, returns = (acc.gather(x.to(dev)).float() for x in (rewarded.scores, rewarded.returns))
         everything = gather_object(trajectories)
         self.save_rollout(everything, step)
-        self.log({**metrics_dict(everything), **losses,
+        self.log({**metrics_dict(everything), **rejection_shares(t.result for tr in everything for t in tr.turns), **losses,
                   "reward/score_mean": scores.mean().item(), "reward/score_max": scores.max().item(),
                   "reward/return_mean": returns.mean().item(), "reward/return_std": returns.std().item(),
                   "train/samples": float(scores.numel()), "train/tokens": tokens,
