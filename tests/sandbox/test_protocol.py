@@ -97,6 +97,18 @@ def test_every_timed_call_is_followed_by_the_same_audit_and_a_kept_copy():
     assert asked == [True] * 12  # 2 warm-up calls, then 10 timed calls
 
 
+def test_a_recheck_is_not_told_apart_by_its_permutation_being_drawn_twice(monkeypatch):
+    # a recheck's permutation is drawn once for its source before the loop and again at its call; every ordinary
+    # call's must be too, or a hook that fingerprints the harness's permutations sees "drawn before" only for rechecks
+    seeds = []
+    real = timing.FreshInputs._indices
+    monkeypatch.setattr(timing.FreshInputs, "_indices", lambda self, seed, ts: seeds.append(seed) or real(self, seed, ts))
+    timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2, n_trials=10,
+                      budget_s=10, rng=random.Random(0), rechecks=[[torch.ones(8)], [torch.ones(8)]])
+    timed = seeds[2 + 10:]  # 2 warm-up draws, 10 drawn before the loop, then one per timed call
+    assert len(timed) == 10 and seeds[2:2 + 10] == timed  # each timed call's seed was drawn, in order, before the loop
+
+
 def test_the_loop_length_is_fixed_before_the_first_timed_call():
     # a slow call (about 20 ms) against a 0.3 s budget: 0.3 / 0.02 = 15 calls, never under MIN_TRIALS
     def call(args):

@@ -459,13 +459,19 @@ def time_calls(
         positions = rng.sample(range(n), len(rechecks))
         # the plan's own operators (on a GPU: randperm and the scatter of the rechecks' sources) are the harness's
         with harness():
+            # Every call's permutation is drawn and scattered here once, in call order: a recheck's source needs it,
+            # and a hook watching the harness's buffers would otherwise see only the rechecks' permutations drawn twice
             plan = [any_source() for _ in range(n)]
-            for content, p in zip(rechecks, positions):
-                seed = rng.getrandbits(63)
-                plan[p] = (fresh.source_for(content, seed), seed)
-                for t in content:  # the golden content stays only as its scattered source: nothing to match inputs with
+            golden = dict(zip(positions, rechecks))
+            for p in range(n):
+                if p not in golden:
+                    del fresh.source_for(plan[p][0], plan[p][1])[:]
+                    continue
+                plan[p] = (fresh.source_for(golden[p], plan[p][1]), plan[p][1])
+                for t in golden[p]:  # the golden content stays only as its scattered source: nothing to match inputs with
                     if isinstance(t, torch.Tensor):
                         t.zero_()
+            golden.clear()
             rechecks.clear()
             # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
             # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
