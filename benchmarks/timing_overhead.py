@@ -62,7 +62,6 @@ def main() -> None:
                  "l2_flush_bytes": flush.numel() * 4}
     row["kernel_mm_ms"] = host_ms(lambda: torch.mm(*pool[0]), a.reps)
     row["fresh_inputs_ms"] = host_ms(lambda: fresh(0), a.reps)
-    row["fresh_place_ms"] = host_ms(lambda: fresh.place(pool[0]), a.reps)
     row["randperm_ms"] = host_ms(lambda: torch.randperm(numel, device=dev, generator=g), a.reps)
     row["randperm_int32_ms"] = host_ms(lambda: torch.randperm(numel, device=dev, generator=g, dtype=torch.int32), a.reps)
     idx32 = torch.randperm(numel, device=dev, generator=g, dtype=torch.int32)
