@@ -96,10 +96,11 @@ class Config(RunConfig):
     """discount of later turns' scores in a turn's return (paper: 0.4)"""
     reward_mode: str = "sum"
     """"sum" R_t = sum_i gamma^(i-t) S_i (paper) or "max" R_t = max_i gamma^(i-t) S_i"""
-    advantage_per_turn: bool = False
-    """False: one group per task over all G*T samples (paper); True: one group per (task, turn)"""
-    scale_by_std: bool = True
-    """divide advantages by the group's std (GRPO, paper Eq. 1) or not (Dr. GRPO)"""
+    advantage_baseline: str = "task"
+    """advantage groups: task (one per task over all G*T samples, paper), task_turn (per task and turn), loo
+    (leave-one-out), final_broadcast (the final turn's advantage on every turn); kevin.rewards.samples.BASELINES"""
+    scale_by_std: bool | None = None
+    """divide advantages by the group's std (GRPO, paper Eq. 1) or not (Dr. GRPO); None: yes, except for loo"""
     clip_low: float = 0.2
     """ratio clipped below at 1 - clip_low (paper: 0.2)"""
     clip_high: float = 0.28
@@ -263,7 +264,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         # 2. rewards: score -> discounted returns -> advantages (per task, all G*T samples) -> one sample per turn
         rewarded = rewarded_samples(trajectories, correctness_weight=cfg.correctness_weight,
                                     speedup_cap=cfg.speedup_cap, gamma=cfg.gamma, mode=cfg.reward_mode,
-                                    per_turn=cfg.advantage_per_turn, scale_by_std=cfg.scale_by_std)
+                                    baseline=cfg.advantage_baseline, scale_by_std=cfg.scale_by_std)
 
         # 3. update: old log-probs of every mini-batch first, then one gradient step per mini-batch
         updates = grpo_update(cfg, lrn, rewarded.samples, step)

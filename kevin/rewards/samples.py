@@ -30,11 +30,23 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from kevin.core.advantages import group_advantages
+from kevin.core.advantages import group_advantages, leave_one_out_advantages
 from kevin.core.split import group_labels, split_trajectories
 from kevin.core.types import Sample, Trajectory
 from kevin.rewards.aggregate import aggregate_rewards
 from kevin.rewards.rescore import turn_scores
+
+
+BASELINES = ("task", "task_turn", "loo", "final_broadcast")
+"""What each sample's advantage is measured against (``baseline`` of `rewarded_samples`):
+
+- ``task`` (the paper): one group per task over all its G*T turn samples, ``A = (R - mean) / std``;
+- ``task_turn``: one group per (task, turn index), the same formula;
+- ``loo``: leave-one-out (RLOO) within the task's group, ``A_i = R_i - mean of the others`` (``scale_by_std``
+  divides by the group's std);
+- ``final_broadcast``: one advantage per trajectory, its final turn's return normalised over the task's G
+  trajectories, copied to every turn (trajectory-level credit, as SkyRL's and verl's multi-turn modes assign it).
+"""
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,8 @@ def rewarded_samples(
     speedup_cap: float | None = None,
     gamma: float = 0.4,
     mode: str = "sum",
-    per_turn: bool = False,
-    scale_by_std: bool = True,
+    baseline: str = "task",
+    scale_by_std: bool | None = None,
 ) -> RewardedRollout:
     """Score, return, advantage and split every turn of a rollout of B*G trajectories of T turns each.
 
@@ -64,9 +76,9 @@ def rewarded_samples(
         trajectories: B*G trajectories, every one of the same number T of turns (``rollout`` runs all T).
         correctness_weight, speedup_cap: of the kernel score ``S = w * correct + min(speedup, cap) * correct``.
         gamma, mode: of the returns, ``R_t = sum_{i>=t} gamma^(i-t) S_i`` ("sum") or ``max`` ("max").
-        per_turn: False (the paper): one advantage group per task over all its G*T samples; True: one group per
-            (task, turn).
-        scale_by_std: divide by the group's std (GRPO) or not (Dr. GRPO).
+        baseline: one of `BASELINES` ("task", the paper: one advantage group per task over its G*T samples).
+        scale_by_std: divide by the group's std (GRPO) or not (Dr. GRPO); None: the baseline's own choice (yes,
+            except for "loo").
     """
     lengths = {len(traj.turns) for traj in trajectories}
     if len(lengths) > 1:
@@ -74,6 +86,16 @@ def rewarded_samples(
     scores = torch.tensor(turn_scores(trajectories, correctness_weight=correctness_weight, speedup_cap=speedup_cap),
                           dtype=torch.float32).reshape(len(trajectories), -1)  # [B*G, T]
     returns = aggregate_rewards(scores, gamma=gamma, mode=mode)  # [B*G, T]
-    advantages = group_advantages(returns.flatten(), group_labels(trajectories, per_turn=per_turn),
-                                  scale_by_std=scale_by_std)  # [N]
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    if scale_by_std is None:
+        scale_by_std = baseline != "loo"
+    if baseline == "final_broadcast":
+        final = group_advantages(returns[:, -1], [traj.task_index for traj in trajectories],
+                                 scale_by_std=scale_by_std)  # [B*G]
+        advantages = final[:, None].expand_as(returns).flatten()  # [N]
+    else:
+        advantage = leave_one_out_advantages if baseline == "loo" else group_advantages
+        advantages = advantage(returns.flatten(), group_labels(trajectories, per_turn=baseline == "task_turn"),
+                               scale_by_std=scale_by_std)  # [N]
     return RewardedRollout(scores, returns, advantages, split_trajectories(trajectories, returns.flatten(), advantages))

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kevin.core import group_advantages
+from kevin.core.advantages import leave_one_out_advantages
 
 
 def test_hand_computed_group():
@@ -80,3 +81,23 @@ def test_normalised_group_has_zero_mean_and_unit_std():
     adv = group_advantages(r, [0] * 7, eps=0.0)
     assert math.isclose(adv.mean().item(), 0.0, abs_tol=1e-12)
     assert math.isclose(adv.std().item(), 1.0, abs_tol=1e-12)
+
+
+# --- leave-one-out (RLOO) ------------------------------------------------------------------------------------------
+
+
+def test_leave_one_out_subtracts_the_mean_of_the_others():
+    # [1, 3, 5]: 1 - (3 + 5)/2 = -3, 3 - (1 + 5)/2 = 0, 5 - (1 + 3)/2 = 3
+    adv = leave_one_out_advantages(torch.tensor([1.0, 3.0, 5.0]), [0, 0, 0])
+    assert adv.tolist() == [-3.0, 0.0, 3.0]
+
+
+def test_leave_one_out_scaled_by_std_divides_by_the_groups_std():
+    # [1, 3, 5]: unbiased std sqrt((4 + 0 + 4) / 2) = 2, so [-3, 0, 3] / 2
+    adv = leave_one_out_advantages(torch.tensor([1.0, 3.0, 5.0]), [0, 0, 0], scale_by_std=True, eps=0.0)
+    assert adv.tolist() == [-1.5, 0.0, 1.5]
+
+
+def test_leave_one_out_gives_zero_to_single_and_equal_groups_never_nan():
+    adv = leave_one_out_advantages(torch.tensor([2.0, 2.0, 7.0]), ["a", "a", "b"], scale_by_std=True)
+    assert adv.tolist() == [0.0, 0.0, 0.0]

@@ -25,7 +25,7 @@ from recipes import train_multiturn as multiturn, train_singleturn as singleturn
 def reward_options(cfg) -> dict:
     """The keywords a training recipe passes to ``rewarded_samples`` (recipes/train_multiturn.py, step 2)."""
     return dict(correctness_weight=cfg.correctness_weight, speedup_cap=cfg.speedup_cap, gamma=cfg.gamma,
-                mode=cfg.reward_mode, per_turn=cfg.advantage_per_turn, scale_by_std=cfg.scale_by_std)
+                mode=cfg.reward_mode, baseline=cfg.advantage_baseline, scale_by_std=cfg.scale_by_std)
 
 
 def test_the_single_turn_config_differs_from_the_multi_turn_one_in_the_turns_the_clip_and_the_directory_only():
@@ -53,16 +53,16 @@ verdicts = st.one_of(st.none(), st.floats(min_value=0.1, max_value=5.0))
 @settings(max_examples=150, deadline=None)
 @given(groups=st.lists(st.lists(verdicts, min_size=1, max_size=5), min_size=1, max_size=3),
        gamma=st.floats(min_value=0.0, max_value=1.0), mode=st.sampled_from(["sum", "max"]),
-       per_turn=st.booleans())
+       baseline=st.sampled_from(["task", "task_turn", "final_broadcast"]))
 def test_with_one_turn_the_shared_reward_path_is_single_turn_grpo_whatever_the_multi_turn_options(
-        groups, gamma, mode, per_turn):
+        groups, gamma, mode, baseline):
     # B tasks, G_b single-turn trajectories each: what the single-turn recipe computes is what the multi-turn recipe
-    # computes with T = 1, for any discount, mode or grouping: return = score, advantage = the score normalised
+    # computes with T = 1, for any discount, mode or baseline but leave-one-out: return = score, advantage = the score normalised
     # within the task's samples (the paper's single-turn GRPO)
     trajectories = [Trajectory(f"task{b}", b, g, (_turn(v),)) for b, vs in enumerate(groups) for g, v in enumerate(vs)]
     single = rewarded_samples(trajectories, **reward_options(singleturn.Config()))
     multi = rewarded_samples(trajectories, **{**reward_options(multiturn.Config()), "gamma": gamma, "mode": mode,
-                                              "per_turn": per_turn})
+                                              "baseline": baseline})
     scores = [0.0 if v is None else 0.3 + v for vs in groups for v in vs]
     expected = []
     for vs in groups:

@@ -193,7 +193,7 @@ def parse_run_config(cls: type, argv: Sequence[str], *, presets: Mapping[str, Ma
 def check_training_config(cfg: Any) -> None:
     """Raise ConfigError for a training recipe's option that would otherwise fail only after the first rollout.
 
-    The reward and loss settings (``gamma``, ``reward_mode``, ``clip_low`` / ``clip_high``, ``kl_coef``,
+    The reward and loss settings (``gamma``, ``reward_mode``, ``advantage_baseline``, ``clip_low`` / ``clip_high``, ``kl_coef``,
     ``loss_aggregation``) are tried on a one-sample input, so their own functions' checks apply; the counts must be
     >= 1, ``temperature`` > 0 and ``top_p`` in (0, 1]; ``raise_max_new_tokens_by``, where ``cfg`` has it, >= 1.
     """
@@ -201,9 +201,12 @@ def check_training_config(cfg: Any) -> None:
 
     from kevin.core.loss import grpo_loss
     from kevin.rewards import aggregate_rewards
+    from kevin.rewards.samples import BASELINES
 
     try:
         aggregate_rewards([0.0], gamma=cfg.gamma, mode=cfg.reward_mode)
+        if cfg.advantage_baseline not in BASELINES:
+            raise ValueError(f"--advantage_baseline must be one of {', '.join(BASELINES)}, got {cfg.advantage_baseline!r}")
         zero = torch.zeros(1, 1)
         grpo_loss(zero, zero, torch.zeros(1), torch.ones(1, 1), clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                   kl_coef=cfg.kl_coef, ref_logprobs=zero, aggregation=cfg.loss_aggregation,
