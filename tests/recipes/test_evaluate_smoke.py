@@ -1,5 +1,10 @@
-"""recipes/evaluate.py end to end in a subprocess: a tiny live run on the CPU, and a re-report of
-synthetic saved rollouts whose numbers are computed by hand."""
+"""recipes/evaluate.py end to end: a tiny live run on the CPU, and a re-report of synthetic saved rollouts whose
+numbers are computed by hand.
+
+The tiny live run over every configuration is the command line as a user types it, in a subprocess; the other
+tests run the recipe as a script inside the test process (the ``recipe`` fixture: tests/recipes/conftest.py, with
+no GPU visible, as the subprocess's CUDA_VISIBLE_DEVICES="" has it), which saves each one a fresh interpreter's
+imports."""
 
 import contextlib
 import itertools
@@ -20,18 +25,40 @@ RECIPE = ROOT / "recipes" / "evaluate.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": "", "MPLBACKEND": "Agg",
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    return subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+ENV = {"MPLBACKEND": "Agg", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    proc = _recipe(*args, timeout=timeout)
+    """``python recipes/evaluate.py args...`` in a subprocess, with no GPU visible; it must succeed."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CUDA_VISIBLE_DEVICES": "", **ENV}
+    proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
     assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
+
+
+@pytest.fixture
+def recipe(in_process):
+    """``recipe(*args, check=True)``: recipes/evaluate.py run as a script in this process, with no GPU visible;
+    with ``check`` it must succeed."""
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = in_process(RECIPE, *args, env=ENV, hide_cuda=True)
+        if check:
+            assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc
+    return run
+
+
+@pytest.fixture
+def refused(recipe):
+    """``refused(*args)``: the one line of stderr with which the recipe refuses ``args`` (no traceback)."""
+    def run(*args: str) -> str:
+        proc = recipe(*args, check=False)
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr  # one line, not a traceback
+        return proc.stderr.strip().splitlines()[-1]
+    return run
 
 
 @contextlib.contextmanager
@@ -87,7 +114,7 @@ def _traj(task, index, turns):
     return Trajectory(f"task{task}", task, index, tuple(turns))
 
 
-def test_from_rollouts_rereports_saved_rollouts_with_hand_computed_numbers(tmp_path):
+def test_from_rollouts_rereports_saved_rollouts_with_hand_computed_numbers(tmp_path, recipe):
     # Two tasks, 4 kernels each: 2 x 2 (serial) and 4 x 1 (parallel). Prompts grow in serial turn 2.
     serial = [_traj(0, 0, [_turn(), _turn(2.0, prompt=300)]), _traj(0, 1, [_turn(1.0), _turn(1.25, prompt=300)]),
               _traj(1, 0, [_turn(status="compile_error"), _turn(prompt=300)]),
@@ -97,7 +124,7 @@ def test_from_rollouts_rereports_saved_rollouts_with_hand_computed_numbers(tmp_p
     save_rollout(serial, tmp_path / "saved" / "rollouts" / "2x2.jsonl")
     save_rollout(parallel, tmp_path / "saved" / "rollouts" / "4x1.jsonl")
     out = tmp_path / "report"
-    run_recipe("--from_rollouts", str(tmp_path / "saved"), "--output_dir", str(out), "--n_bootstrap", "200")
+    recipe("--from_rollouts", str(tmp_path / "saved"), "--output_dir", str(out), "--n_bootstrap", "200")
 
     records = read_jsonl(out / "metrics.jsonl")
     turns = [r for r in records if r["table"] == "turns"]
@@ -158,15 +185,15 @@ def test_tiny_model_runs_every_configuration_on_the_cpu_and_writes_the_report(tm
 
 
 @pytest.mark.timeout(240)
-def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_path):
+def test_a_saved_checkpoint_directory_is_evaluated_through_from_pretrained(tmp_path, recipe):
     from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     build_tiny_model(tokenizer).save_pretrained(tmp_path / "ckpt")
     tokenizer.save_pretrained(tmp_path / "ckpt")
     out = tmp_path / "eval"
-    run_recipe("--model", str(tmp_path / "ckpt"), "--output_dir", str(out), "--configs", "1x1",
-               "--max_tasks", "1", "--max_new_tokens", "8", "--n_bootstrap", "50")
+    recipe("--model", str(tmp_path / "ckpt"), "--output_dir", str(out), "--configs", "1x1",
+           "--max_tasks", "1", "--max_new_tokens", "8", "--n_bootstrap", "50")
     trajectories = [json.loads(line) for line in (out / "rollouts" / "1x1.jsonl").read_text().splitlines()]
     assert len(trajectories) == 1 and len(trajectories[0]["turns"]) == 1
     assert 0 < len(trajectories[0]["turns"][0]["response_ids"]) <= 8
@@ -202,14 +229,14 @@ def test_a_training_run_is_rebuilt_from_its_config_and_evaluated_with_its_traine
 
 
 @pytest.mark.timeout(120)
-def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_path):
+def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_path, recipe):
     requests = []
     out = tmp_path / "eval"
     reply = {**_reply("I cannot write this kernel."), "usage": {"prompt_tokens": 50, "completion_tokens": 7}}
     with _chat_server(lambda body, n: requests.append(body) or (200, reply)) as url:
-        run_recipe("--api_model", "served-model", "--api_base_url", url,
-                   "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
-                   "--n_bootstrap", "50", "--device", "cpu", "--rules", "kernelbench", "--baseline", "compile")
+        recipe("--api_model", "served-model", "--api_base_url", url,
+               "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100",
+               "--n_bootstrap", "50", "--device", "cpu", "--rules", "kernelbench", "--baseline", "compile")
     assert len(requests) == 4  # 1 task x 2 trajectories x 2 turns
     assert {r["model"] for r in requests} == {"served-model"} and requests[0]["max_tokens"] == 100
     turns = [t for line in (out / "rollouts" / "2x2.jsonl").read_text().splitlines()
@@ -225,13 +252,6 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
     assert json.loads((out / "config.json").read_text())["rules"] == "kernelbench"
 
 
-def _refused(*args: str) -> str:
-    proc = _recipe(*args, timeout=120)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr  # one line, not a traceback
-    return proc.stderr.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("args, message", [
     (("--engine", "vlm"), "argument --engine: invalid choice: 'vlm' (choose from 'transformers', 'vllm')"),
     (("--engine", "vllm"), "--engine vllm needs a real model"),
@@ -243,31 +263,34 @@ def _refused(*args: str) -> str:
     (("--rules", "kernelbnch"), "argument --rules: invalid choice: 'kernelbnch' (choose from 'kevin', 'kernelbench')"),
     (("--baseline", "tf16"), "argument --baseline: invalid choice: 'tf16' (choose from 'eager', 'tf32', 'compile')"),
 ])
-def test_a_wrong_option_is_one_line_naming_it(args, message):
-    assert message in _refused(*args)
+def test_a_wrong_option_is_one_line_naming_it(args, message, refused, tmp_path):
+    # an output directory of the test's own: the --engine refusals come after the recipe has claimed and created it
+    # (by default runs/evaluate under the working directory)
+    assert message in refused(*args, "--output_dir", str(tmp_path / "eval"))
 
 
-def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path):
+@pytest.mark.timeout(120)
+def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path, recipe):
     def answer(body, n):  # turn 1 (2 trajectories) answered; turn 2 refused for good
         return (200, _reply("no kernel")) if n <= 2 else (401, {"error": {"message": "key revoked"}})
 
     out = tmp_path / "eval"
     with _chat_server(answer) as url:
-        proc = _recipe("--api_model", "served-model", "--api_base_url", url, "--output_dir", str(out),
-                       "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu")
+        proc = recipe("--api_model", "served-model", "--api_base_url", url, "--output_dir", str(out),
+                      "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu", check=False)
     assert proc.returncode != 0 and "key revoked" in proc.stderr
     partial = read_jsonl(out / "rollouts" / "2x2.partial.jsonl")
     assert [len(row["turns"]) for row in partial] == [1, 1]  # turn 1 of both trajectories, kept
     assert not (out / "rollouts" / "2x2.jsonl").exists()
 
 
-def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path):
+def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path, refused):
     (tmp_path / "empty.jsonl").write_text("")
-    assert "no tasks to evaluate" in _refused("--tasks", str(tmp_path / "empty.jsonl"), "--output_dir",
-                                              str(tmp_path / "out"))
+    assert "no tasks to evaluate" in refused("--tasks", str(tmp_path / "empty.jsonl"), "--output_dir",
+                                             str(tmp_path / "out"))
 
 
-def test_the_report_shows_speedups_against_every_baseline_the_rollouts_were_timed_against(tmp_path):
+def test_the_report_shows_speedups_against_every_baseline_the_rollouts_were_timed_against(tmp_path, recipe):
     def timed(runtime_ms):  # eager 1 ms, tf32 0.5 ms, compile 0.25 ms
         result = EvalResult("correct", "Correct.", runtime_ms=runtime_ms, baseline_ms=0.5,
                             baselines_ms={"eager": 1.0, "tf32": 0.5, "compile": 0.25})
@@ -276,7 +299,7 @@ def test_the_report_shows_speedups_against_every_baseline_the_rollouts_were_time
     save_rollout([_traj(0, 0, [timed(0.5)]), _traj(1, 0, [_turn()])], tmp_path / "rollouts" / "1x1.jsonl")
     (tmp_path / "config.json").write_text(json.dumps({"model": "m", "configs": "1x1", "rules": "kernelbench",
                                                       "baseline": "tf32"}))
-    run_recipe("--from_rollouts", str(tmp_path), "--n_bootstrap", "50")
+    recipe("--from_rollouts", str(tmp_path), "--n_bootstrap", "50")
     text = (tmp_path / "report.md").read_text()
     assert "Rule set: kernelbench. Speedups divide by the tf32 baseline" in text
     assert "| 1x1 | 1 | 0.50x" in text  # Table 2 divides by tf32: 0.5 / 0.5 = 1 on task 0, 0 on task 1
@@ -286,45 +309,45 @@ def test_the_report_shows_speedups_against_every_baseline_the_rollouts_were_time
     assert rows == [("eager", 2.0), ("tf32", 1.0), ("compile", 0.5)]
 
 
-def test_from_rollouts_reports_only_the_configurations_its_evaluation_made(tmp_path):
+def test_from_rollouts_reports_only_the_configurations_its_evaluation_made(tmp_path, recipe):
     # the folder also holds 4x1.jsonl from another evaluation; its config.json says it made 2x2 only
     serial = [_traj(0, 0, [_turn(), _turn(2.0)]), _traj(0, 1, [_turn(1.0), _turn()])]
     save_rollout(serial, tmp_path / "saved" / "rollouts" / "2x2.jsonl")
     save_rollout([_traj(0, g, [_turn(1.5)]) for g in range(4)], tmp_path / "saved" / "rollouts" / "4x1.jsonl")
     (tmp_path / "saved" / "config.json").write_text(json.dumps({"model": "m", "configs": "2x2"}))
-    run_recipe("--from_rollouts", str(tmp_path / "saved"), "--n_bootstrap", "50")  # the report goes beside them
+    recipe("--from_rollouts", str(tmp_path / "saved"), "--n_bootstrap", "50")  # the report goes beside them
     budget = [r["config"] for r in read_jsonl(tmp_path / "saved" / "metrics.jsonl") if r["table"] == "budget"]
     assert budget == ["2x2"]
 
 
 @pytest.mark.timeout(240)
-def test_a_fresh_evaluation_over_an_earlier_one_is_refused_unless_overwrite(tmp_path):
+def test_a_fresh_evaluation_over_an_earlier_one_is_refused_unless_overwrite(tmp_path, recipe, refused):
     out = tmp_path / "eval"
     save_rollout([_traj(0, 0, [_turn(1.5)])], out / "rollouts" / "1x1.jsonl")  # an earlier evaluation's
     before = (out / "rollouts" / "1x1.jsonl").read_bytes()
     small = ("--output_dir", str(out), "--configs", "2x1", "--max_tasks", "1", "--max_new_tokens", "8",
              "--n_bootstrap", "50")
-    assert "holds an earlier run (rollouts)" in _refused(*small)
+    assert "holds an earlier run (rollouts)" in refused(*small)
     assert (out / "rollouts" / "1x1.jsonl").read_bytes() == before
-    run_recipe(*small, "--overwrite")
+    recipe(*small, "--overwrite")
     assert sorted(p.name for p in (out / "rollouts").iterdir()) == ["2x1.jsonl"]
 
 
-def test_overwrite_never_deletes_a_training_run_or_a_models_config(tmp_path):
+def test_overwrite_never_deletes_a_training_run_or_a_models_config(tmp_path, refused):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"model": "tiny", "steps": 3}))
-    assert "holds a training run" in _refused("--output_dir", str(run), "--overwrite")
+    assert "holds a training run" in refused("--output_dir", str(run), "--overwrite")
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    assert "not an evaluation's" in _refused("--output_dir", str(model), "--overwrite")
+    assert "not an evaluation's" in refused("--output_dir", str(model), "--overwrite")
     assert (run / "config.json").exists() and (run / "checkpoints").is_dir() and (model / "config.json").exists()
 
 
-def test_rereporting_a_rollouts_folder_with_overwrite_keeps_the_rollouts(tmp_path):
+def test_rereporting_a_rollouts_folder_with_overwrite_keeps_the_rollouts(tmp_path, recipe):
     saved = tmp_path / "evalA"
     save_rollout([_traj(0, 0, [_turn(1.5)]), _traj(0, 1, [_turn()])], saved / "rollouts" / "2x1.jsonl")
-    run_recipe("--from_rollouts", str(saved / "rollouts"), "--output_dir", str(saved), "--overwrite",
-               "--n_bootstrap", "50")
+    recipe("--from_rollouts", str(saved / "rollouts"), "--output_dir", str(saved), "--overwrite",
+           "--n_bootstrap", "50")
     assert (saved / "rollouts" / "2x1.jsonl").exists() and (saved / "report.md").exists()
