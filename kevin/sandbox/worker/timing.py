@@ -483,6 +483,8 @@ def time_calls(
             # a cudaMalloc) that a null call's copy, freed and reused, would not, and the wall check would count them as
             # the candidate's work
             slots = [[torch.zeros_like(t) for t in template] for _ in range(n + 1)] if template else None
+            if cuda:  # the plan's GPU work (a permutation and a scatter per call) must not run into the first null calls
+                torch.cuda.synchronize(device)
         sizes = _loop.segment_sizes(n) if null_out is not None else [n]
         kept_all = []
         i = 0
