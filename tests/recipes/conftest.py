@@ -7,6 +7,10 @@ uncaught exception prints its traceback on stderr and returns 1, and ``SystemExi
 and returns 1, as the interpreter does. Whatever a run changes in this process is put back afterwards: the random
 generators (``set_seed``), the environment, ``sys.argv`` and ``sys.path``, torch's thread count, the handlers of the
 ``kevin`` logger (``log_to_stderr``) and accelerate's process-wide state (``Accelerator`` is a singleton).
+
+A run uses one torch thread, as the tests' subprocesses do (OMP_NUM_THREADS=1): the tiny model's operations are too
+small to gain from a second one, and the threads' synchronisation costs more than the work (a two-step training run
+of the smoke tests on 2 busy cores: about half the CPU time and half the wall time of two threads).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def _isolated(env: Mapping[str, str], hide_cuda: bool) -> Iterator[None]:
     rng = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
            torch.cuda.get_rng_state_all() if cuda else None)
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     log = logging.getLogger("kevin")
     handlers, level = list(log.handlers), log.level
     for handler in handlers:  # log_to_stderr adds its own, bound to this run's stderr

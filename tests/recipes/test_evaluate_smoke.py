@@ -31,7 +31,7 @@ ENV = {"MPLBACKEND": "Agg", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.
 def run_recipe(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """``python recipes/evaluate.py args...`` in a subprocess, with no GPU visible; it must succeed."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CUDA_VISIBLE_DEVICES": "", **ENV}
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **ENV}
     proc = subprocess.run([sys.executable, str(RECIPE), *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"recipe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

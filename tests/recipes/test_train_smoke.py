@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(600)  # a run in this process has no subprocess
 
 
 def run_recipe(name: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     turns = [] if name == "train_singleturn.py" else ["--n_turns", "2"]
     cmd = [sys.executable, str(ROOT / "recipes" / name), *SMALL, *turns, "--output_dir", str(out), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
