@@ -49,8 +49,8 @@ class Config(StarterConfig):
     """train again even when the starter (in the cache or --output_dir) exists"""
     device: str | None = None
     """training device: "cpu", "cuda" or None (CUDA when available)"""
-    threads: int | None = None
-    """torch threads for training and sampling (None: torch's default); on a busy shared machine 1 is faster"""
+    threads: int | None = 1
+    """torch threads for training and sampling (None: torch's default); on a busy shared machine 1 is the fastest"""
     eval_tasks: int = 0
     """after training, judge first turns for this many train tasks (0: no evaluation)"""
     eval_samples: int = 4

@@ -260,13 +260,15 @@ def torch_threads(n: int | None):
 
 def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.PathLike | None = None, *,
                   device: str | None = None, progress: bool = True,
-                  threads: int | None = None) -> tuple[Any, Any, dict[str, Any]]:
+                  threads: int | None = 1) -> tuple[Any, Any, dict[str, Any]]:
     """Train a starter: (model in eval mode, tokenizer, stats); with ``output_dir``, ``save_pretrained`` both there
     and write ``starter.json`` (the config, the key, the stats).
 
-    ``device``: "cpu", "cuda" or None (CUDA when available); ``threads``: torch's threads meanwhile (`torch_threads`).
-    Training on the CPU is deterministic for the same config, machine and thread count; stats hold the example
-    counts, the loss history and the wall time.
+    ``device``: "cpu", "cuda" or None (CUDA when available); ``threads``: torch's threads meanwhile (`torch_threads`;
+    None leaves torch's setting). One by default: the weights then do not depend on the machine's core count, and on
+    a CPU other processes keep busy one thread trains several times faster than two. Training on the CPU is
+    deterministic for the same config and thread count; stats hold the example counts, the loss history and the
+    wall time.
     """
     import torch
     from transformers import Qwen2ForCausalLM, Trainer, TrainingArguments
@@ -378,13 +380,14 @@ def _lock(path: Path):
 
 
 def ensure_starter(cfg: StarterConfig, *, device: str | None = None, progress: bool = True,
-                   overwrite: bool = False, threads: int | None = None) -> Path:
+                   overwrite: bool = False, threads: int | None = 1) -> Path:
     """The cache directory of ``cfg``'s starter, trained into it first when it is missing (or ``overwrite``).
 
     One process trains while the others wait on a file lock; the weights are written to a scratch directory
     beside it and renamed into place, so the directory is either complete or absent."""
     path = starter_path(config=cfg)
     if _is_complete(path) and not overwrite:
+        _say(f"the starter is in the cache: {path}", progress)
         return path
     with _lock(path):
         if _is_complete(path) and not overwrite:  # another process trained it while this one waited
@@ -397,6 +400,7 @@ def ensure_starter(cfg: StarterConfig, *, device: str | None = None, progress: b
         if path.exists():
             shutil.rmtree(path)
         os.replace(scratch, path)
+    _say(f"the starter is in the cache: {path}", progress)
     return path
 
 
@@ -419,6 +423,4 @@ def load_starter(backend: str = "cpu", *, shape: str | None = None, config: Star
     """(model in eval mode on ``device``, tokenizer) of the starter for ``backend`` (or ``config``), from the cache;
     trained there first when absent (`ensure_starter`, on ``train_device``: None means CUDA when available)."""
     cfg = config or StarterConfig(backend=backend, **({"model_shape": shape} if shape else {}))
-    path = ensure_starter(cfg, device=train_device, progress=progress)
-    _say(f"loading the starter from {path}", progress)
-    return load_starter_dir(path, device=device)
+    return load_starter_dir(ensure_starter(cfg, device=train_device, progress=progress), device=device)
