@@ -250,6 +250,7 @@ def test_a_fresh_run_gets_the_models_preset():
 class Training:
     gamma: float = 0.4
     reward_mode: str = "sum"
+    advantage_baseline: str = "task"
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_coef: float = 0.0
@@ -270,6 +271,7 @@ class Training:
     ({"loss_aggregation": "foo"}, "unknown aggregation 'foo'"),
     ({"micro_batch_size": 0}, "these options must be >= 1: {'micro_batch_size': 0}"),
     ({"top_p": 0.0}, "--top_p in (0, 1]"),
+    ({"advantage_baseline": "trajectory"}, "--advantage_baseline must be one of task, task_turn, loo, final_broadcast"),
 ])
 def test_check_training_config_names_the_bad_option(bad, message):
     from kevin.core.run.cli import check_training_config
