@@ -3,12 +3,12 @@
 RL needs a policy whose kernels sometimes compile and are sometimes correct: a random model's answers never parse,
 so no kernel reaches the sandbox and every reward is 0. This recipe makes one:
 
-1. corpus: `kevin.data.corpus.build_corpus` over the built-in train tasks for ``--backend`` (at its sizes): first
-   turns, about 45 % of them correct and the rest with the flaws models really make, plus refinement turns;
+1. corpus: `kevin.data.corpus.build_corpus` over the built-in train tasks for ``--backend`` (at its sizes): two
+   first turns per task, half of them correct and the rest with the flaws models really make, plus refinement turns;
 2. tokenizer: a byte-level BPE trained on that text (`kevin.core.policy.starter.build_starter_tokenizer`);
 3. model: a Qwen2 of layout ``--model_shape`` ("small" on the CPU; "medium" or "qwen2.5-0.5b" for a GPU);
-4. supervised fine-tuning with transformers' ``Trainer``, the loss on the answer tokens only; same seed, same
-   weights (`kevin.core.policy.starter.train_starter`);
+4. supervised fine-tuning with transformers' ``Trainer``, the loss on the answer tokens only, then the logits
+   sharpened by ``--sharpen``; same seed, same weights (`kevin.core.policy.starter.train_starter`);
 5. ``save_pretrained``: into the starter cache (``--output_dir`` unset: the directory ``--model starter`` loads, so
    the RL recipes never train it a second time) or into ``--output_dir``;
 6. with ``--eval_tasks N``: ``--eval_samples`` first turns for N train tasks, sampled at ``--temperature`` from the
@@ -57,8 +57,8 @@ class Config(StarterConfig):
     """first turns sampled per evaluated task"""
     temperature: float = 0.9
     """sampling temperature of the evaluation (the RL recipes' default)"""
-    max_new_tokens: int = 1536
-    """response budget of the evaluation (the corpus's longest CPU answer is about 900 tokens)"""
+    max_new_tokens: int = 1024
+    """response budget of the evaluation (the corpus's CPU answers are 78 to 287 tokens, 160 on average)"""
     eval_seed: int = 0
     """seed of the evaluation's sampling"""
 

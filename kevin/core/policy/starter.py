@@ -1,23 +1,26 @@
 """The starter policy: a small Qwen2 warm-started by supervised fine-tuning on code-written kernel answers.
 
 A randomly initialised model never writes a program the sandbox accepts, so RL from it sees no reward. The
-starter is trained on `kevin.data.corpus.build_corpus` for one backend: first-turn answers of which about 45 %
-are correct (the rest off by one, missing an operator, misspelt, or leaving a step to PyTorch) and refinement
-turns that fix a flawed or slow attempt from its feedback. It learns that mix, so its own first turns are right
-well under every time and RL has something to improve.
+starter is trained on `kevin.data.corpus.build_corpus` for one backend: two first-turn answers per task, half of
+them correct (slow or fast) and the rest off by one, missing an operator, misspelt, or leaving a step to PyTorch,
+and refinement turns that fix a flawed or slow attempt from its feedback. It learns that mix imperfectly, so its
+own first turns are right well under every time and RL has something to improve.
 
 - **Tokenizer** (`build_starter_tokenizer`): a byte-level BPE trained with ``tokenizers`` on the corpus text,
-  whose merges may span a whole line (lines are split first, then bytes merged with no word splitting), so the
-  boilerplate lines of a kernel program become single tokens: at 4,096 entries a CPU answer is about 360
-  tokens (about 15 characters per token). Every byte string still round-trips. Special tokens and the chat
-  template are `kevin.core.policy.tiny`'s (Qwen-style markers, the generation prompt opens ``<think>``).
+  whose merges may span a whole line (lines are split first, then bytes merged with no word splitting), so most
+  lines of a kernel program become single tokens: at 8,192 entries a CPU answer is about 160 tokens. Every byte
+  string still round-trips. Special tokens and the chat template are `kevin.core.policy.tiny`'s (Qwen-style
+  markers, the generation prompt opens ``<think>``).
 - **Model** (`starter_model_config`): a real ``Qwen2ForCausalLM`` layout from `SHAPES`: ``"small"`` (hidden
-  256, 4 layers, 4.2M parameters) for the CPU, ``"medium"`` (hidden 768, 12 layers, about 130M) and
-  ``"qwen2.5-0.5b"`` (Qwen2.5-0.5B's layout with this vocabulary, about 360M) for a GPU, ``"test"`` for tests.
+  256, 4 layers, 5.2M parameters with the 8,192-entry vocabulary) for the CPU, ``"medium"`` (hidden 768, 12
+  layers, about 130M) and ``"qwen2.5-0.5b"`` (Qwen2.5-0.5B's layout with this vocabulary, about 360M) for a GPU,
+  ``"test"`` for tests.
 - **Training** (`train_starter`): each example is the chat-templated prompt followed by its answer and
   ``<|im_end|>``; the loss covers the answer tokens only (labels -100 on the prompt), trained with transformers'
-  ``Trainer`` (AdamW, cosine schedule, length-grouped batches). Same config, same weights (the seed fixes the
-  corpus, the initialisation and the data order); the caller's random states are restored afterwards.
+  ``Trainer`` (AdamW, cosine schedule, length-grouped batches), on one torch thread by default. Same config, same
+  weights (the seed fixes the corpus, the initialisation and the data order); the caller's random states are
+  restored afterwards. The logits are then sharpened (`sharpen_logits`): after minutes of training the model ranks
+  the right token first but without confidence.
 - **Cache** (`starter_path`, `load_starter`): ``$KEVIN_CACHE_DIR/starter/<backend>-<shape>-<hash>`` (default
   ``~/.cache/kevin/starter/...``) holds ``save_pretrained`` output (``model.safetensors``, the tokenizer) and
   ``starter.json``. The hash covers everything the weights depend on: every training example's text, the
@@ -47,8 +50,8 @@ from typing import Any, Iterable, Sequence
 from kevin.core.policy.tiny import CHAT_TEMPLATE, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, THINK_TOKENS
 
 __all__ = ["SHAPES", "StarterConfig", "build_starter_tokenizer", "starter_model_config", "corpus_examples",
-           "starter_tasks", "tokenize_example", "train_starter", "torch_threads", "cache_root", "starter_key",
-           "starter_path", "ensure_starter", "load_starter", "load_starter_dir"]
+           "starter_tasks", "tokenize_example", "train_starter", "sharpen_logits", "torch_threads", "cache_root",
+           "starter_key", "starter_path", "ensure_starter", "load_starter", "load_starter_dir"]
 
 FORMAT_VERSION = 1  # raise when the tokenizer or the training changes in a way the config does not show
 
@@ -72,25 +75,26 @@ class StarterConfig:
     backend: str = "cpu"
     """the corpus's backend: "cpu" (C++ through cpp_sources) or "cuda" (CUDA kernels); also the tasks' sizes"""
     model_shape: str = "small"
-    """a layout of SHAPES: "small" (4M parameters, CPU), "medium" (130M), "qwen2.5-0.5b" (360M), "test" (tests)"""
-    vocab_size: int = 4096
-    """BPE vocabulary of the tokenizer trained on the corpus (special and thought tokens included)"""
+    """a layout of SHAPES: "small" (5M parameters, CPU), "medium" (130M), "qwen2.5-0.5b" (360M), "test" (tests)"""
+    vocab_size: int = 8192
+    """BPE vocabulary of the tokenizer trained on the corpus (special and thought tokens included); at 8,192 most
+    lines of a program are one token (a CPU answer is about 160 tokens; at 4,096, about 380)"""
     tasks: str = "train"
     """built-in tasks the corpus covers: "train" (the train split), "all", or comma-separated task names"""
     max_tasks: int | None = None
     """use only the first N of those tasks (None: all of them)"""
-    per_task: int = 4
-    """first-turn examples per task (kevin.data.corpus.build_corpus)"""
-    correct_share: float = 0.45
+    per_task: int = 2
+    """first-turn examples per task (kevin.data.corpus.build_corpus): each task's prompt gets this many answers"""
+    correct_share: float = 0.5
     """share of correct first-turn answers in the corpus (kevin.data.corpus.Mix.correct_share)"""
-    refinement_share: float = 0.3
+    refinement_share: float = 0.2
     """share of refinement (turn 2) examples in the corpus"""
-    epochs: float = 3.0
-    """passes over the corpus"""
-    batch_size: int = 8
+    epochs: float = 14.0
+    """passes over the corpus: a small model needs many to reproduce the programs it saw"""
+    batch_size: int = 4
     """examples per optimizer step"""
-    lr: float = 2e-3
-    """AdamW peak learning rate (cosine decay to 0 after warm-up)"""
+    lr: float = 1e-3
+    """AdamW peak learning rate (cosine decay to 0 after warm-up); for "small", 2e-3 and 5e-3 learnt slower"""
     warmup_steps: int = 10
     """linear warm-up steps"""
     weight_decay: float = 0.0
@@ -99,6 +103,9 @@ class StarterConfig:
     """examples longer than this many tokens (prompt and answer) are left out"""
     bf16: bool = True
     """bf16 autocast when training on CUDA (ignored on the CPU)"""
+    sharpen: float = 1.5
+    """after training, the logits are multiplied by this (`sharpen_logits`): sampling at temperature T then draws from
+    the fine-tuned distribution at T / sharpen (1: the fine-tuned model as it is)"""
     seed: int = 0
     """seed of the corpus, the initial weights and the data order"""
 
@@ -107,7 +114,7 @@ class StarterConfig:
 # Tokenizer and model config
 
 
-def build_starter_tokenizer(texts: Iterable[str], *, vocab_size: int = 4096) -> Any:
+def build_starter_tokenizer(texts: Iterable[str], *, vocab_size: int = 8192) -> Any:
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``, with tiny.py's special tokens and template.
 
     Lines are split first (each keeps its newline) and the bytes of a line are merged with no word splitting, so
@@ -310,7 +317,7 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
         )
         trainer = Trainer(model=model, args=args, train_dataset=kept, data_collator=_collate(tokenizer.pad_token_id))
         result = trainer.train()
-    model = trainer.model.to(torch.float32).eval()
+    model = sharpen_logits(trainer.model.to(torch.float32).eval(), cfg.sharpen)
     model.config.use_cache = True  # Trainer turned it off; saved off, generation would recompute the whole prefix
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -325,6 +332,23 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
         _save(model, tokenizer, cfg, stats, Path(output_dir))
         _say(f"saved to {output_dir}", progress)
     return model, tokenizer, stats
+
+
+def sharpen_logits(model: Any, factor: float) -> Any:
+    """``model`` with its logits multiplied by ``factor``: the weight of its final RMSNorm scaled, which the tied output
+    embedding then multiplies (no bias anywhere after it). Returns the model.
+
+    Why: minutes of fine-tuning leave the starter ranking the corpus's next token first but with little confidence
+    (about 0.5 on many tokens of a program it has seen 30 times), so at the RL temperature of 0.9 nearly every program
+    goes astray somewhere and few are correct; the same weights sharpened by 1.5 reproduce the programs they rank first
+    far more often, while still writing a new variant on a share of the samples (the numbers are in
+    ``recipes/warmstart.py``). Longer training sharpens too, at several times the cost."""
+    import torch
+
+    if factor != 1:
+        with torch.no_grad():
+            model.model.norm.weight.mul_(factor)
+    return model
 
 
 def _save(model: Any, tokenizer: Any, cfg: StarterConfig, stats: dict[str, Any], path: Path) -> None:

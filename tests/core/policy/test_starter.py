@@ -1,5 +1,5 @@
 """The starter policy's pieces on a tiny config (one task, no refinements, a 2-layer hidden-64 Qwen2): the tokenizer,
-the examples' labels, determinism, the caller's random state, and the cache."""
+the examples' labels, determinism, the sharpened logits, the caller's random state, and the cache."""
 
 import dataclasses
 import json
@@ -70,6 +70,19 @@ def test_the_same_config_gives_the_same_weights_and_another_seed_others():
     assert stats["examples"] == 2 and stats["steps"] == 1 and stats["answer_tokens"] > 0
     other, _, _ = starter.train_starter(dataclasses.replace(TINY, seed=1), progress=False, device="cpu")
     assert not _same(_weights(model), _weights(other))
+
+
+def test_sharpening_multiplies_the_logits_and_nothing_else(tokenizer):
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(starter.starter_model_config(tokenizer, "test")).eval()
+    ids = torch.tensor([[5, 17, 300, 2]])
+    with torch.no_grad():
+        before = model(ids).logits
+        sharp = starter.sharpen_logits(model, 1.5)(ids).logits
+    assert torch.allclose(sharp, 1.5 * before, rtol=1e-5, atol=1e-6)
+    assert sharp.argmax(-1).equal(before.argmax(-1))  # the same ranking, only more confident
 
 
 def test_training_leaves_the_callers_random_state_alone():
