@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["--model_shape", "test", "--tasks", "ReLU,Tanh", "--refinement_share", "0", "--vocab_size", "2048",
-        "--epochs", "60", "--batch_size", "4", "--lr", "0.01", "--sharpen", "1", "--threads", "1"]
+ARGS = ["--model_shape", "test", "--tasks", "ReLU,Tanh", "--per_task", "4", "--refinement_share", "0",
+        "--vocab_size", "2048", "--epochs", "60", "--batch_size", "4", "--lr", "0.01", "--sharpen", "1", "--threads", "1"]
 MAX_NEW = 160  # the corpus's answers to these tasks are 57 to 75 tokens long
 MIN_PARSED = 6  # of 8
 
