@@ -103,7 +103,7 @@ class StarterConfig:
     """examples longer than this many tokens (prompt and answer) are left out"""
     bf16: bool = True
     """bf16 autocast when training on CUDA (ignored on the CPU)"""
-    sharpen: float = 1.5
+    sharpen: float = 1.3
     """after training, the logits are multiplied by this (`sharpen_logits`): sampling at temperature T then draws from
     the fine-tuned distribution at T / sharpen (1: the fine-tuned model as it is)"""
     seed: int = 0
@@ -340,7 +340,7 @@ def sharpen_logits(model: Any, factor: float) -> Any:
 
     Why: minutes of fine-tuning leave the starter ranking the corpus's next token first but with little confidence
     (about 0.5 on many tokens of a program it has seen 30 times), so at the RL temperature of 0.9 nearly every program
-    goes astray somewhere and few are correct; the same weights sharpened by 1.5 reproduce the programs they rank first
+    goes astray somewhere and few are correct; the same weights sharpened by 1.3 reproduce the programs they rank first
     far more often, while still writing a new variant on a share of the samples (the numbers are in
     ``recipes/warmstart.py``). Longer training sharpens too, at several times the cost."""
     import torch
