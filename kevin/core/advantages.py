@@ -78,6 +78,7 @@ def _group_stats(rewards: Tensor, group_ids: Tensor | Sequence[Hashable]) -> tup
     g_min = torch.full_like(zeros, float("inf")).scatter_reduce(0, index, rewards, reduce="amin")
     return index, count, centred, std, (count > 1) & (g_max > g_min)
 
+
 def leave_one_out_advantages(
     rewards: Tensor,
     group_ids: Tensor | Sequence[Hashable],

@@ -465,7 +465,7 @@ def time_calls(
             golden = dict(zip(positions, rechecks))
             for p in range(n):
                 if p not in golden:
-                    del fresh.source_for(plan[p][0], plan[p][1])[:]
+                    fresh.source_for(*plan[p])  # drawn and discarded, as a recheck's is drawn and kept
                     continue
                 plan[p] = (fresh.source_for(golden[p], plan[p][1]), plan[p][1])
                 for t in golden[p]:  # the golden content stays only as its scattered source: nothing to match inputs with
