@@ -109,6 +109,20 @@ def test_a_recheck_is_not_told_apart_by_its_permutation_being_drawn_twice(monkey
     assert len(timed) == 10 and seeds[2:2 + 10] == timed  # each timed call's seed was drawn, in order, before the loop
 
 
+def test_a_pointer_keyed_cache_meets_a_recheck_in_place_and_one_in_new_buffers_wherever_the_rechecks_fall():
+    # 2 rechecks among 3 timed calls, each timed call led by null calls (segments of 1): one recheck must get its input
+    # at the address of the forward's previous call (a pointer-keyed cache hits and replays a stale output), the other
+    # at a new one, whatever the positions; a null call's buffers, which the forward never saw, do not count
+    for seed in range(12):
+        ptrs = []  # the forward's calls only: 1 warm-up, then the 3 timed calls
+        run = timing.time_calls(lambda a: ptrs.append(a[0].data_ptr()) or a[0] * 2, [[torch.ones(8)]],
+                                device=torch.device("cpu"), n_warmup=1, n_trials=3, budget_s=10,
+                                rng=random.Random(seed), rechecks=[[torch.ones(8)], [torch.ones(8)]],
+                                null_call=lambda a: torch.empty(8), mark=lambda *a, **k: None)
+        same = [ptrs[1 + p] == ptrs[p] for p in run.recheck_outputs]  # timed call p against the call before it
+        assert sorted(same) == [False, True], (seed, list(run.recheck_outputs), ptrs)
+
+
 def test_the_loop_length_is_fixed_before_the_first_timed_call():
     # a slow call (about 20 ms) against a 0.3 s budget: 0.3 / 0.02 = 15 calls, never under MIN_TRIALS
     def call(args):

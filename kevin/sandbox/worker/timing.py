@@ -441,7 +441,7 @@ def time_calls(
 
     def timed_loop() -> None:
         """Warm-up calls, the plan of the timed calls, then the segments (all watched alike)."""
-        nonlocal positions, kept_all
+        nonlocal positions, kept_all, prev
         warm_wall, out_bytes, template = [], 0, None
         for i in range(n_warmup):
             kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}")
@@ -474,10 +474,16 @@ def time_calls(
             golden.clear()
             rechecks.clear()
             # Which calls write into the previous call's buffers: half of them at random; with two or more rechecks, the
-            # first recheck in place and the second not, so a pointer-keyed cache is met both ways.
+            # first recheck that has a call before it in place and another not, so a pointer-keyed cache is met both
+            # ways (in place: into the buffers of the forward's previous call, warm-up or timed).
             in_place = [rng.random() < 0.5 for _ in range(n)]
-            for k, p in enumerate(sorted(positions)[:2]):
-                in_place[p] = k == 0 and p > 0
+            ordered = sorted(positions)
+            first_in = next((p for p in ordered if p > 0 or n_warmup > 0), None)
+            if len(ordered) >= 2 and first_in is not None:
+                in_place[first_in] = True
+                in_place[next(p for p in ordered if p != first_in)] = False
+            elif ordered:
+                in_place[ordered[0]] = False
             null_out = null_call if null_call is not None and mark is not None else None
             # Where the copies go, allocated and written before the loop: a copy into fresh memory costs page faults (or
             # a cudaMalloc) that a null call's copy, freed and reused, would not, and the wall check would count them as
@@ -491,8 +497,10 @@ def time_calls(
         for s, size in enumerate(sizes):
             if null_out is not None:
                 mark("null", s)
+                seen = prev  # a call in place writes into the buffers of the last call the forward saw, not a null call's
                 for j in range(_loop.NULL_CALLS):
                     step(null_out, *any_source(), rng.random() < 0.5, f"null call {s}.{j}", slots and slots[n])
+                prev = seen
                 mark("calls", s)
             for _ in range(size):
                 kept_all.append(step(call, plan[i][0], plan[i][1], in_place[i], f"timed call {i}", slots and slots[i]))
