@@ -25,9 +25,13 @@ Keys of `rejection_shares` (each the share of the step's samples, in [0, 1]; all
 - ``reject/any``: any of the format and dynamic families above (parse failures are not counted: they are not
   rules a kernel breaks).
 
-A verdict that carries ``details["rules"]`` (a list of ``"format/<rule>"`` or ``"dynamic/<rule>"`` names, such as
-``"format/try_except"`` or ``"dynamic/tripwire"``) adds one key ``reject/<name>`` per name, present only in steps
-where some verdict names it, and counts towards ``reject/any``. A sample counts once per key however many
+A verdict that carries ``details["rules"]`` (a list of ``"format/<rule>"`` or ``"dynamic/<rule>"`` names) adds one
+key ``reject/<name>`` per name, present only in steps where some verdict names it, and counts towards ``reject/any``.
+The sandbox names the static check's families (`kevin.sandbox.static.RULE_FAMILIES`: ``format/fallbacks`` for
+try/except, ``format/forward_path`` for PyTorch compute in forward, ``format/load_inline`` for the extension's
+build, ``format/banned_python`` for timers, hooks and streams, ...) and the worker's (``dynamic/tripwire``,
+``dynamic/input_mutation``, ``dynamic/aliasing``, ``dynamic/outputs``, ``dynamic/threads``,
+``dynamic/timed_calls``) and a failed recheck (``dynamic/recheck``). A sample counts once per key however many
 violations of that key it has.
 
 >>> from kevin.sandbox.result import EvalResult

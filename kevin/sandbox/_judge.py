@@ -19,6 +19,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -167,6 +168,16 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
                                     "timed region)")}
 
 
+def _rules(msg: _process.Message, *extra: str) -> list[str]:
+    """The worker's rule names of its violations (``"dynamic/<rule>"``, malformed ones dropped) and ``extra``."""
+    given = msg.data.get("rules", [])
+    names = {str(r) for r in given if isinstance(r, str) and _RULE.fullmatch(r)} if isinstance(given, list) else set()
+    return sorted(names | set(extra))
+
+
+_RULE = re.compile(r"dynamic/[a-z_]{1,40}")
+
+
 def _violations(msg: _process.Message) -> list[str]:
     v = msg.data.get("violations", [])
     return [str(x) for x in v] if isinstance(v, list) else ["the report is malformed"]
@@ -303,6 +314,7 @@ class CandidateRun:
         violations = _violations(msg)
         if violations:
             self.details["violations"] = violations
+            self.details["rules"] = _rules(msg)
             return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
         # On the CPU backend the parent's comparisons run on the cores a timing is measured on: they hold the
         # device like a correctness run, so they never overlap a timing (on CUDA they run beside it).
@@ -340,6 +352,7 @@ class CandidateRun:
         violations = _violations(msg)
         if violations:
             self.details["violations"] = violations
+            self.details["rules"] = _rules(msg)
             return bad(violations[0])
         re_path = os.path.join(self.scratch, "rechecks.safetensors")
         with comparing():
@@ -350,6 +363,7 @@ class CandidateRun:
                 c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]),
                                             atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
                 if not c.ok:
+                    self.details["rules"] = ["dynamic/recheck"]
                     return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
         events = {m.event: m for m in self.worker.messages}
         median, problem = report_median(report, events.get("timing_end"), config)

@@ -40,13 +40,13 @@ from .config import SandboxConfig
 from .result import EvalResult
 
 
-def _static_check(src: str, backend: str, allow_libraries: bool, rules: str = "kevin") -> list[str] | None:
-    """The static layer's violations; None when `kevin.sandbox.static.source` is not available."""
+def _static_check(src: str, backend: str, allow_libraries: bool, rules: str = "kevin") -> list[tuple[str, str]] | None:
+    """The static layer's violations as (rule family, message); None when `kevin.sandbox.static` is not available."""
     try:
-        from .static import check_format
+        from .static import check_rules
     except ImportError:
         return None
-    return check_format(src, backend=backend, allow_libraries=allow_libraries, rules=rules)
+    return check_rules(src, backend=backend, allow_libraries=allow_libraries, rules=rules)
 
 
 def _cpu_name() -> str:
@@ -411,10 +411,12 @@ class Sandbox:
     def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
         t0 = time.monotonic()
         if self.config.static_checks:
-            violations = _static_check(src, self.backend, self.config.allow_libraries, self.config.rules)
-            if violations:
+            found = _static_check(src, self.backend, self.config.allow_libraries, self.config.rules)
+            if found:
+                violations = [message for _, message in found]
                 return EvalResult("format_error", feedback.format_error_feedback(violations),
-                                  details={"violations": list(violations)})
+                                  details={"violations": violations,
+                                           "rules": sorted({f"format/{family}" for family, _ in found})})
         marks = {"start": t0}
         state.enter("queue")
         with state.holding(self._live):

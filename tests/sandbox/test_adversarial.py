@@ -112,12 +112,47 @@ DYNAMIC = {
 }
 
 
+_dynamic_verdicts: dict = {}
+
+
+def _dynamic_verdict(sandbox, name):
+    """The dynamic gate's verdict on attack ``name``, evaluated once for the tests that read it."""
+    if name not in _dynamic_verdicts:
+        _dynamic_verdicts[name] = sandbox.evaluate(DYNAMIC[name][0], load_candidate(name))
+    return _dynamic_verdicts[name]
+
+
 @pytest.mark.parametrize("name", sorted(DYNAMIC))
 def test_the_dynamic_gate_alone_rejects_the_attack_with_a_reason(dynamic_sandbox, warm_builds, name):
-    task, reason = DYNAMIC[name]
-    r = dynamic_sandbox.evaluate(task, load_candidate(name))
+    r = _dynamic_verdict(dynamic_sandbox, name)
     assert r.status == "incorrect", r.feedback
-    assert reason in r.feedback, r.feedback
+    assert DYNAMIC[name][1] in r.feedback, r.feedback
+
+
+# (attack, the rule family its rejection names in details["rules"], which the run's hack telemetry counts)
+DYNAMIC_RULES = {
+    "c1_input_mutation": "dynamic/input_mutation",
+    "b2_input_passthrough": "dynamic/aliasing",
+    "d2_background_thread": "dynamic/threads",
+    "c3_monkeypatch_allclose": "dynamic/tripwire",
+    "b10_output_in_foreign_memory": "dynamic/outputs",
+    "d6_timer_replaced_between_audits": "dynamic/timed_calls",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_RULES))
+def test_a_dynamic_rejection_names_its_rule_family(dynamic_sandbox, warm_builds, name):
+    r = _dynamic_verdict(dynamic_sandbox, name)
+    assert DYNAMIC_RULES[name] in r.details["rules"], r.details
+
+
+def test_a_static_rejection_names_its_rule_families_before_anything_is_built(full_sandbox):
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+           "        try:\n            return torch.relu(x)\n        except RuntimeError:\n            return x\n")
+    r = full_sandbox.evaluate(RELU_TASK, src)
+    assert r.status == "format_error", r.feedback
+    # the try block, torch.relu on the forward path, and no load_inline: three families, each named once
+    assert r.details["rules"] == ["format/fallbacks", "format/forward_path", "format/load_inline"], r.details
 
 
 @pytest.mark.parametrize("name", ["c1_input_mutation", "c5_first_n_calls_correct", "d4_cache_by_data_ptr",

@@ -135,7 +135,7 @@ def test_the_loop_length_is_fixed_before_the_first_timed_call():
     assert all(p < len(run.samples_ms) for p in run.recheck_outputs)
 
 
-def test_null_calls_lead_every_segment_and_the_marks_frame_them():
+def test_null_calls_lead_every_segment_after_an_unmarked_null_block_and_the_marks_frame_them():
     from kevin.sandbox.worker import loop as _loop
 
     events = []
@@ -143,7 +143,7 @@ def test_null_calls_lead_every_segment_and_the_marks_frame_them():
     null = lambda a: events.append("null") or torch.empty(8)  # noqa: E731
     timing.time_calls(real, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=1, n_trials=10, budget_s=10,
                       rng=random.Random(0), null_call=null, mark=lambda name, i: events.append(f"{name}{i}"))
-    expected = ["call"]  # the warm-up call
+    expected = ["call"] + ["null"] * _loop.NULL_CALLS  # the warm-up call, then the unmarked null block
     for s, size in enumerate(_loop.segment_sizes(10)):
         expected += [f"null{s}"] + ["null"] * _loop.NULL_CALLS + [f"calls{s}"] + ["call"] * size
     assert events == expected + ["end5"]

@@ -329,31 +329,47 @@ def check_format(candidate_src: str, *, backend: str = "cuda", allow_libraries: 
     >>> check_format("def broken(:")
     ['syntax error (line 1): invalid syntax; return one complete, valid Python program']
     """
+    return list(dict.fromkeys(message for _, message in check_rules(candidate_src, backend=backend,
+                                                                     allow_libraries=allow_libraries, rules=rules)))
+
+
+RULE_FAMILIES = ("length", "syntax", "model_new", "fallbacks", "reference_model", "nn_layers", "layer_calls",
+                 "banned_python", "module_values", "module_assignment", "forward_path", "load_inline")
+"""The static rule families, one per check (``check_rules`` names each violation's); telemetry counts them."""
+
+
+def check_rules(candidate_src: str, *, backend: str = "cuda", allow_libraries: bool = False,
+                rules: str = "kevin") -> list[tuple[str, str]]:
+    """`check_format`'s violations, each as (rule family of `RULE_FAMILIES`, message), in the same order.
+
+    >>> check_rules("def broken(:")
+    [('syntax', 'syntax error (line 1): invalid syntax; return one complete, valid Python program')]
+    """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if rules not in RULES:
         raise ValueError(f"unknown rules {rules!r}; expected one of {tuple(RULES)}")
     layers_in_init = bool(RULES[rules]["nn_modules_in_init"])
     if len(candidate_src) > _MAX_CHARS:  # keeps the scan's time bounded (about 1 s per 300 kB)
-        return [f"program is {len(candidate_src)} characters long (limit {_MAX_CHARS}): write a shorter one"]
+        return [("length", f"program is {len(candidate_src)} characters long (limit {_MAX_CHARS}): write a shorter one")]
     try:
         tree = ast.parse(candidate_src)
     except SyntaxError as exc:
-        return [f"syntax error (line {exc.lineno}): {exc.msg}; return one complete, valid Python program"]
+        return [("syntax", f"syntax error (line {exc.lineno}): {exc.msg}; return one complete, valid Python program")]
     mod = _Module.build(tree)
-    out: list[str] = []
-    out += _check_model_new(mod)
-    out += _check_fallbacks(mod)
-    out += _check_reference_model(mod)
-    out += _check_nn_layers(mod, layers_in_init)
-    if layers_in_init:
-        out += _check_layer_calls(mod)
-    out += _check_banned_python(mod)
-    out += _check_module_values(mod)
-    out += _check_module_assignment(mod)
-    out += _check_forward_path(mod)
-    out += _check_load_inline(mod, backend, allow_libraries)
-    return list(dict.fromkeys(out))
+    checks = [("model_new", lambda: _check_model_new(mod)), ("fallbacks", lambda: _check_fallbacks(mod)),
+              ("reference_model", lambda: _check_reference_model(mod)),
+              ("nn_layers", lambda: _check_nn_layers(mod, layers_in_init)),
+              ("layer_calls", lambda: _check_layer_calls(mod) if layers_in_init else []),
+              ("banned_python", lambda: _check_banned_python(mod)), ("module_values", lambda: _check_module_values(mod)),
+              ("module_assignment", lambda: _check_module_assignment(mod)),
+              ("forward_path", lambda: _check_forward_path(mod)),
+              ("load_inline", lambda: _check_load_inline(mod, backend, allow_libraries))]
+    out: dict[str, str] = {}
+    for family, check in checks:
+        for message in check():
+            out.setdefault(message, family)
+    return [(family, message) for message, family in out.items()]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -78,12 +78,19 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     except BaseException as exc:
         raise _tag(exc, "import")
     violations: list[str] = []
+    rules: set[str] = set()  # the rule family of each violation ("dynamic/<name>"), for the run's hack telemetry
     reported: set[str] = set()
+
+    def flag(rule: str, message: str) -> None:
+        violations.append(message)
+        rules.add(f"dynamic/{rule}")
 
     def audit(when: str) -> None:
         """The tripwires against their state before import; each change is reported once, when first seen."""
         changes = wires.changes()
-        violations.extend(f"{when}: {c}" for c in changes if c not in reported)
+        for c in changes:
+            if c not in reported:
+                flag("tripwire", f"{when}: {c}")
         reported.update(changes)
 
     audit("after import")
@@ -142,7 +149,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             raise _tag(exc, f"forward on input set {k}")
         n_threads = _guards.python_threads()
         if n_threads != threads0:
-            violations.append(f"input set {k}: forward left {n_threads - threads0} extra Python thread(s) running")
+            flag("threads", f"input set {k}: forward left {n_threads - threads0} extra Python thread(s) running")
         for seen in (inventory, profiled):
             if isinstance(seen, (op_inventory, profiled_ops)):
                 for op in seen.compute_ops:
@@ -151,26 +158,26 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         outs = list(out) if type(out) is tuple or type(out) is list else [out]
         for i, o in enumerate(outs):
             if type(o) is not torch.Tensor:
-                violations.append(f"input set {k}: output {i} is a {type(o).__name__}, not exactly a torch.Tensor")
+                flag("outputs", f"input set {k}: output {i} is a {type(o).__name__}, not exactly a torch.Tensor")
                 continue
             if o.device != device:
-                violations.append(f"input set {k}: output {i} is on {o.device}, expected {device}")
+                flag("outputs", f"input set {k}: output {i} is on {o.device}, expected {device}")
             if not o.untyped_storage().resizable():
-                violations.append(f"input set {k}: output {i} is not in memory from PyTorch's allocator "
+                flag("outputs", f"input set {k}: output {i} is not in memory from PyTorch's allocator "
                                   "(torch::from_blob, numpy or foreign memory); allocate it with torch::empty")
             if _aliases(o, args):
-                violations.append(f"input set {k}: output {i} shares memory with an input (return a new tensor)")
+                flag("aliasing", f"input set {k}: output {i} shares memory with an input (return a new tensor)")
             outputs[f"set{k}.out{i}"] = o.detach().to("cpu", copy=True).contiguous()
         changed = [j for j, (a, b) in enumerate(zip(args, originals)) if isinstance(a, torch.Tensor) and not _same_bits(a, b)]
         if changed:
-            violations.append(f"input set {k}: the kernel modified its input(s) {changed} in place")
+            flag("input_mutation", f"input set {k}: the kernel modified its input(s) {changed} in place")
         del out, outs, args
         audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
     save_file(outputs, out_path)
     shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
               for i in range(sum(k.startswith("set0.") for k in outputs))]
-    send("outputs", file=out_path, violations=violations, torch_ops=torch_ops)
+    send("outputs", file=out_path, violations=violations, rules=sorted(rules), torch_ops=torch_ops)
     if receive() != "time":
         return
 
@@ -197,7 +204,8 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         raise _tag(exc, "timing")
     set_deterministic(True)
     send("timing_end", n_calls=int(job["n_warmup"]) + len(run.samples_ms))
-    violations.extend(run.errors)  # first: a change seen after a timed call names that call
+    for error in run.errors:  # first: a change seen after a timed call names that call
+        flag("timed_calls", error)
     reported.update(run.audit_changes)
     audit("after timing")
     re_out: dict[str, torch.Tensor] = {}
@@ -205,7 +213,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     for r, p in enumerate(run.recheck_outputs):
         snap = run.recheck_outputs[p]
         if isinstance(snap, str) or snap is None:
-            violations.append(f"timed call {p}: {snap or 'no output'}")
+            flag("timed_calls", f"timed call {p}: {snap or 'no output'}")
             continue
         for i, o in enumerate(snap):
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
@@ -213,7 +221,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     save_file(re_out, re_path)
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
-         violations=violations, native_threads=[threads0_native, _guards.native_threads()])
+         violations=violations, rules=sorted(rules), native_threads=[threads0_native, _guards.native_threads()])
     receive()  # stay mapped until the parent has read the libraries once more (it kills this process after)
 
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kevin.sandbox.static.source import check_format
+from kevin.sandbox.static.source import check_format, check_rules
 
 CUDA_SRC = r'''
 #include <torch/extension.h>
@@ -299,6 +299,21 @@ def test_rejects_try_except_fallback():
         except RuntimeError:
             return a + b'''))
     assert has(v, "try/except")
+
+
+def test_a_try_except_fallback_is_named_by_its_rule_family_and_its_pytorch_fallback_by_another():
+    found = check_rules(cuda_candidate(forward='''
+        try:
+            return self.ext.add_forward(a, b)
+        except RuntimeError:
+            return a + b'''))
+    families = {family for family, _ in found}
+    assert families == {"fallbacks", "forward_path"}, found  # the try block, and `a + b` on tensors
+    assert [message for _, message in found] == check_format(cuda_candidate(forward='''
+        try:
+            return self.ext.add_forward(a, b)
+        except RuntimeError:
+            return a + b'''))
 
 
 def test_rejects_contextlib_suppress():
