@@ -18,6 +18,7 @@ _EXPORTS = {
     "save_tasks": "kevin.data.loaders",
     "validate_source": "kevin.data.loaders",
     "builtin_tasks": "kevin.data.builtin",
+    "tasks_from_spec": "kevin.data.builtin",
     "synthesize_tasks": "kevin.data.synth",
     "BatchSampler": "kevin.data.sampler",
     "build_messages": "kevin.data.prompts",

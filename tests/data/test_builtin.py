@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kevin.data import builtin_tasks
-from kevin.data.builtin import ROOT
+from kevin.data.builtin import ROOT, tasks_from_spec
 from kevin.data.loaders import MANIFEST, validate_source
 from kevin.data.synth import eager_runtime_ms, informative_output_problems, operator_sequence, output_shape_on_meta, run_reference
 from kevin.data.writer import MAIN_OPS, OTHER_OPS, render_task
@@ -133,3 +133,19 @@ def test_every_task_passes_the_sandbox_negative_control_calibration():
 def test_every_task_takes_over_a_tenth_of_a_millisecond_eagerly_on_the_gpu():
     slow_enough = {t.task_id: eager_runtime_ms(t, device="cuda") for t in ALL}
     assert {k: v for k, v in slow_enough.items() if v <= 0.1} == {}
+
+
+def test_a_tasks_spec_of_builtin_names_gives_those_tasks_in_the_order_given():
+    tasks = tasks_from_spec("builtin:kevin-L2-Matmul_LayerNorm_GELU,GELU")  # an id and a name
+    assert [t.task_id for t in tasks] == ["kevin-L2-Matmul_LayerNorm_GELU", "kevin-L1-GELU"]
+
+
+def test_a_tasks_spec_of_plain_builtin_is_the_train_split():
+    assert tasks_from_spec("builtin") == builtin_tasks(split="train")
+
+
+@pytest.mark.parametrize("spec, words", [("builtin:Nope", "unknown built-in task names"),
+                                         ("builtin: ,", "no task names")])
+def test_a_bad_builtin_tasks_spec_says_what_is_wrong(spec, words):
+    with pytest.raises(ValueError, match=words):
+        tasks_from_spec(spec)

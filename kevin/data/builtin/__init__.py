@@ -80,4 +80,23 @@ def builtin_tasks(
     return tasks
 
 
-__all__ = ["ROOT", "SPLITS", "builtin_tasks"]
+def tasks_from_spec(spec: str) -> list[Task]:
+    """The tasks a recipe's ``--tasks`` names: "builtin" (the train split), "builtin:<name>,<name>,..." (those
+    built-in tasks, in the order given), or anything `load_tasks` reads (a JSONL file, a dataset, a KernelBench
+    folder, a hub id).
+
+    Raises:
+        ValueError: an unknown built-in name, an empty list of names, or what `load_tasks` raises.
+    """
+    if spec == "builtin":
+        return builtin_tasks(split="train")
+    if spec.startswith("builtin:"):
+        names = [n.strip() for n in spec[len("builtin:"):].split(",") if n.strip()]
+        if not names:
+            raise ValueError(f"--tasks {spec!r}: no task names after 'builtin:'")
+        by_name = {n: t for t in builtin_tasks(names=names) for n in (t.name, t.task_id)}
+        return [by_name[n] for n in dict.fromkeys(names)]
+    return load_tasks(spec)
+
+
+__all__ = ["ROOT", "SPLITS", "builtin_tasks", "tasks_from_spec"]
