@@ -17,7 +17,7 @@ How it differs from the paper (docs/method.md):
    evaluates its own tasks on its own GPU; gradients are averaged by DDP.
 
 Launch (``--help``: every option, with its documentation; ``--config file.yaml``: options from a file):
-    python recipes/train_multiturn.py                       # CPU: tiny random policy, CPU sandbox, minutes
+    python recipes/train_multiturn.py                       # CPU: the starter policy on 4 tasks, CPU sandbox
     python recipes/train_multiturn.py --model Qwen/Qwen2.5-7B-Instruct --lora --backend cuda   # one GPU
     accelerate launch --num_processes 8 recipes/train_multiturn.py --config recipes/configs/kevin-32b.yaml
     ... --resume latest                                       # continue the run in --output_dir exactly
@@ -49,8 +49,9 @@ from kevin.rewards.samples import rewarded_samples
 
 @dataclass(frozen=True)
 class Config(RunConfig):
-    model: str = "tiny"
-    """"tiny" (random 2-layer Qwen2, CPU-sized), a Hugging Face id or path, or "random:qwen2.5-7b" (random weights)"""
+    model: str = "starter"
+    """"starter" (a small Qwen2 warm-started on kernel answers, CPU-sized: recipes/warmstart.py), "tiny" (random
+    2-layer Qwen2), a Hugging Face id or path, or "random:qwen2.5-7b" (random weights)"""
     lora: bool = False
     """train LoRA adapters (peft) instead of every weight (the paper fully fine-tunes)"""
     lora_rank: int = 32
@@ -60,7 +61,8 @@ class Config(RunConfig):
     gradient_checkpointing: bool = True
     """recompute activations in the backward pass (needed for 16k-token responses)"""
     tasks: str = "builtin"
-    """"builtin" (our suite, train split) or a path / datasets id for kevin.data.load_tasks"""
+    """"builtin" (our suite, train split), "builtin:<name>,<name>" (those built-in tasks) or a path / datasets id for
+    kevin.data.load_tasks"""
     calibrate_tasks: bool = True
     """drop loaded (not built-in) tasks that a fake kernel passes, e.g. a constant output (kevin.sandbox.calibrate)"""
     tasks_per_step: int = 8
@@ -129,10 +131,13 @@ class Config(RunConfig):
     """metrics.jsonl, config.json, rollouts/, checkpoints/, report.md go here (the other run options: RunConfig)"""
 
 
-# CPU-sized defaults used when --model tiny (anything on the command line or in --config still wins).
-PRESETS = {"tiny": dict(tasks_per_step=2, n_trajectories=4, n_turns=2, max_new_tokens=32, raise_max_new_tokens_by=1.0,
-                        max_prompt_tokens=None, backend="cpu", bf16=False, gradient_checkpointing=False, steps=3,
-                        micro_batch_size=8, lr=1e-4, output_dir="runs/tiny")}
+# CPU-sized defaults of --model starter / tiny (options still win); the starter's pool: 2 L1 and 2 L2 train tasks
+CPU = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, raise_max_new_tokens_by=1.0, max_prompt_tokens=None,
+           backend="cpu", bf16=False, gradient_checkpointing=False, micro_batch_size=8)
+PRESETS = {"starter": dict(CPU, tasks="builtin:Matmul_3d_by_2d,AvgPool3d,Matmul_LayerNorm_GELU,"
+                                      "Gemm_Sigmoid_Scaling_ResidualAdd", tasks_per_step=4, max_new_tokens=512, steps=6,
+                           lr=1e-4, output_dir="runs/starter"),
+           "tiny": dict(CPU, max_new_tokens=32, steps=3, lr=1e-4, output_dir="runs/tiny")}
 
 
 def response_budget(cfg: Config, step: int) -> int:
@@ -209,7 +214,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     from tqdm.auto import tqdm
 
     from kevin.core.policy import TransformersPolicy
-    from kevin.data import BatchSampler, builtin_tasks, load_tasks
+    from kevin.data import BatchSampler, tasks_from_spec
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.calibrate import usable_tasks
 
@@ -226,14 +231,12 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
                         kl_reference=cfg.kl_coef > 0)
     policy = TransformersPolicy(lrn.net, lrn.tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                 top_p=cfg.top_p, mode=cfg.generation_mode)
-    all_tasks = builtin_tasks(split="train") if cfg.tasks == "builtin" else load_tasks(cfg.tasks)
-    if not all_tasks:
+    if not (all_tasks := tasks_from_spec(cfg.tasks)):
         raise SystemExit(f"--tasks {cfg.tasks}: no tasks loaded")
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
-    if cfg.tasks != "builtin" and cfg.calibrate_tasks:  # one seed on every process: they keep the same tasks
+    if not cfg.tasks.startswith("builtin") and cfg.calibrate_tasks:  # one seed everywhere: the same tasks kept
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
-        acc.print(f"calibration: dropped {len(dropped)} of {len(all_tasks) + len(dropped)} tasks that a fake passes: "
-                  f"{dropped[:20]}")
+        acc.print(f"calibration: dropped {len(dropped)} tasks that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
@@ -256,8 +259,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         freed = policy.release_memory() if cfg.release_sampling_memory else 0
         if step == start and freed:
-            acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory (static cache, fused weights) for the "
-                      "training phase, and after every rollout")
+            acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory for training (after every rollout)")
         trajectories = [dataclasses.replace(t, task_index=rank + world * t.task_index) for t in trajectories]
         t_rollout = time.perf_counter()
 
@@ -278,8 +280,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         acc.wait_for_everyone()
 
     # ------------------------------------------------------------------ report
-    summary = (f"model {cfg.model}; {cfg.tasks_per_step} tasks x {cfg.n_trajectories} trajectories x {cfg.n_turns} "
-               f"turns per step; {world} process(es).")
+    summary = f"{cfg.model}; B x G x T {cfg.tasks_per_step} x {cfg.n_trajectories} x {cfg.n_turns}; {world} process(es)"
     acc.print(f"done: {run.report(title=title, summary=summary)}")
     run.close()
 

@@ -8,11 +8,11 @@ multi-turn keeps rising). It differs from the multi-turn recipe in these default
    to the model, and a sample's return is its own score (gamma has nothing to discount). Advantages are normalised
    per task over its 16 samples (the paper's single-turn GRPO).
 2. ``grad_clip = 0.5``: the blog's single-turn setting (the multi-turn recipe uses the 0.05 fix).
-3. ``output_dir = runs/singleturn`` (and ``runs/tiny-singleturn`` for ``--model tiny``, whose preset is otherwise
-   the multi-turn one's); the tracker's project is "kevin-singleturn" and the report's title "Single-turn GRPO run".
+3. ``output_dir = runs/singleturn`` (and ``runs/starter-singleturn`` or ``runs/tiny-singleturn`` for the CPU
+   presets of ``--model starter`` and ``--model tiny``, otherwise the multi-turn ones); the tracker's project is "kevin-singleturn" and the report's title "Single-turn GRPO run".
 
 Launch:
-    python recipes/train_singleturn.py                      # CPU: tiny random policy, CPU sandbox, minutes
+    python recipes/train_singleturn.py                      # CPU: the starter policy on 4 tasks, CPU sandbox
     python recipes/train_singleturn.py --model Qwen/Qwen2.5-7B-Instruct --lora --backend cuda   # one GPU
     accelerate launch --num_processes 8 recipes/train_singleturn.py --config recipes/configs/kevin-32b.yaml \\
         --output_dir runs/singleturn-32b                                                       # 8 GPUs
@@ -39,7 +39,8 @@ class Config(multiturn.Config):
     """metrics.jsonl, config.json, rollouts/, checkpoints/, report.md go here"""
 
 
-PRESETS = {"tiny": {**multiturn.PRESETS["tiny"], "n_turns": 1, "output_dir": "runs/tiny-singleturn"}}
+PRESETS = {name: {**preset, "n_turns": 1, "output_dir": f"{preset['output_dir']}-singleturn"}
+           for name, preset in multiturn.PRESETS.items()}
 RECIPE = dict(config=Config, presets=PRESETS, title="Single-turn GRPO run", project="kevin-singleturn")
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def test_a_config_file_gives_the_recipes_options_under_the_command_line_and_over
     cfg = parse_run_config(multiturn.Config, ["--config", str(path), "--n_turns", "5"], presets=multiturn.PRESETS)
     assert (cfg.gamma, cfg.reward_mode, cfg.n_turns, cfg.speedup_cap, cfg.max_prompt_tokens) == (0.0, "max", 5, 10.0,
                                                                                                  None)
-    assert (cfg.backend, cfg.output_dir) == ("cpu", "runs/tiny")  # the tiny preset's, for what the file leaves alone
+    assert (cfg.backend, cfg.output_dir) == ("cpu", "runs/starter")  # the default model's preset, for the rest
     with pytest.raises(ConfigError, match="unknown key 'gama' \\(did you mean gamma"):
         (tmp_path / "typo.yaml").write_text("gama: 0.0\n")
         parse_run_config(multiturn.Config, ["--config", str(tmp_path / "typo.yaml")], presets=multiturn.PRESETS)

@@ -87,8 +87,9 @@ class StarterConfig:
     """first-turn examples per task (kevin.data.corpus.build_corpus): each task's prompt gets this many answers"""
     correct_share: float = 0.5
     """share of correct first-turn answers in the corpus (kevin.data.corpus.Mix.correct_share)"""
-    refinement_share: float = 0.2
-    """share of refinement (turn 2) examples in the corpus"""
+    refinement_share: float = 0.5
+    """share of refinement (turn 2) examples in the corpus (with a fifth of them, the starter's second turns in RL
+    were mostly format errors: answers that start inside an earlier kernel or never close the thought)"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
