@@ -31,8 +31,8 @@ result: the tiny random model writes no parseable kernel, so every number is 0.
 Launch:
     python recipes/evaluate.py                                    # CPU: tiny model, 2 tasks, 4x2 + 8x1, ~1 min
     python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts there; runs nothing
-    python recipes/evaluate.py --model runs/tiny                  # a training run's latest checkpoint, into
-                                                                  # runs/tiny/evaluation
+    python recipes/evaluate.py --model runs/starter               # a training run's latest checkpoint, into
+                                                                  # runs/starter/evaluation (CPU-sized like tiny)
     python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
         # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
     OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
@@ -73,13 +73,13 @@ class Config:
     tasks: str | None = None
     """task source for load_tasks (KernelBench folder, JSONL, dataset id); default: builtin eval split"""
     max_tasks: int | None = None
-    """evaluate only the first N tasks (default: all; 2 for --model tiny)"""
+    """evaluate only the first N tasks (default: all; 2 for the CPU models tiny and starter and their runs)"""
     configs: str | None = None
-    """m x n configurations, comma separated (default: '16x8,32x4,128x1'; '4x2,8x1' for --model tiny)"""
+    """m x n configurations, comma separated (default: '16x8,32x4,128x1'; '4x2,8x1' for tiny and starter)"""
     temperature: float = 0.9
     """sampling temperature (paper: 0.9 at training and test time)"""
     max_new_tokens: int | None = None
-    """token limit of one response (default: 16384 as the paper; 64 for --model tiny)"""
+    """token limit of one response (default: 16384 as the paper; 64 for tiny, 512 for starter)"""
     max_prompt_tokens: int = 8192
     """prompt budget; the earliest turns are dropped first when a refinement prompt exceeds it"""
     device: str | None = None
@@ -155,11 +155,12 @@ def build_policy(cfg: Config):
 
 def main(argv: list[str]) -> Path:
     cfg = parse_config(Config, argv)
-    # --- Derived settings: the tiny CPU default is scaled down so it finishes in a minute or two.
+    # --- Derived settings: the CPU models (tiny, starter, and runs trained from them) are scaled down to minutes.
     run = None if cfg.api_model or cfg.from_rollouts else RunDir.find(cfg.model)
-    tiny = not cfg.api_model and (cfg.model == "tiny" or (run is not None and run[0].config().get("model") == "tiny"))
+    base = None if cfg.api_model else run[0].config().get("model") if run is not None else cfg.model
+    tiny, cpu_sized = base == "tiny", base in ("tiny", "starter")
     requested = cfg.configs
-    pairs = parse_configs(cfg.configs or ("4x2,8x1" if tiny else "16x8,32x4,128x1"))
+    pairs = parse_configs(cfg.configs or ("4x2,8x1" if cpu_sized else "16x8,32x4,128x1"))
     small = {k: getattr(cfg, k) for k in ("max_tasks", "max_new_tokens", "max_prompt_tokens", "n_bootstrap")
              if getattr(cfg, k) is not None and getattr(cfg, k) < 1}
     if small or not 0 < cfg.alpha < 1:
@@ -168,8 +169,9 @@ def main(argv: list[str]) -> Path:
                    str(run[0].path / "evaluation") if run is not None else "runs/evaluate")
     cfg = dataclasses.replace(
         cfg, configs=",".join(f"{m}x{n}" for m, n in pairs),
-        max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if tiny else None),
-        max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else (64 if tiny else 16384),
+        max_tasks=cfg.max_tasks if cfg.max_tasks is not None else (2 if cpu_sized else None),
+        max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else
+        (64 if tiny else 512 if cpu_sized else 16384),
         device=cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"),
         output_dir=cfg.output_dir or default_out)
     out = Path(cfg.output_dir)
