@@ -219,6 +219,9 @@ def main() -> int:
                    help="dynamic: a second Sandbox with static checks and inventory off, in parallel; full: in the "
                         "honest batch itself (most are stopped by the static layer); none")
     p.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temporary directory)")
+    p.add_argument("--batch-deadline", type=float, default=None, help="seconds after which a batch's unjudged "
+                   "candidates are judged timeout (evaluate_many's deadline_s; default: none), so that a slow host "
+                   "still returns every batch, and each record's phase seconds say where the time went")
     a = p.parse_args()
 
     backend = "cpu" if a.device == "cpu" else "cuda"
@@ -237,6 +240,7 @@ def main() -> int:
                                                 kernel_inventory=False)) if a.attacks == "dynamic" else None
     nonce = secrets.token_hex(3)
     meta = dict(device=a.device, cores=cores, workers=a.workers, busy=busy, load=n_load, broken=a.broken,
+                batch_deadline_s=a.batch_deadline,
                 attacks=a.attacks, rounds=a.rounds, cache_dir=cache, max_wall_ratio=config.max_wall_ratio,
                 n_trials=config.n_trials, n_warmup=config.n_warmup)
     print(json.dumps(meta), flush=True)
@@ -260,9 +264,9 @@ def main() -> int:
             thread = None
             if side:
                 thread = threading.Thread(target=lambda: side_results.extend(
-                    attacker.evaluate_many([(j["task"], j["src"]) for j in side])))
+                    attacker.evaluate_many([(j["task"], j["src"]) for j in side], deadline_s=a.batch_deadline)))
                 thread.start()
-            results = sandbox.evaluate_many([(j["task"], j["src"]) for j in jobs])
+            results = sandbox.evaluate_many([(j["task"], j["src"]) for j in jobs], deadline_s=a.batch_deadline)
             if thread is not None:
                 thread.join()
             seconds = time.monotonic() - t0
@@ -275,7 +279,8 @@ def main() -> int:
             m = margin(rec)
             print(f"[{rnd}] {rec['kind']:6s} {rec['label']:40s} {rec['status']:13s} "
                   f"rt={rec['runtime_ms'] if rec['runtime_ms'] is None else round(rec['runtime_ms'], 4)} "
-                  f"margin={None if m is None else round(m, 2)} | {rec['feedback'][:150]}", flush=True)
+                  f"margin={None if m is None else round(m, 2)} phases={rec['details'].get('phase_seconds')} | "
+                  f"{rec['feedback'][:150]}", flush=True)
         print(f"[{rnd}] batch of {len(jobs) + len(side)} in {seconds:.1f} s", flush=True)
         save()
     s = save()
