@@ -302,18 +302,14 @@ def test_rejects_try_except_fallback():
 
 
 def test_a_try_except_fallback_is_named_by_its_rule_family_and_its_pytorch_fallback_by_another():
-    found = check_rules(cuda_candidate(forward='''
+    src = cuda_candidate(forward='''
         try:
             return self.ext.add_forward(a, b)
         except RuntimeError:
-            return a + b'''))
-    families = {family for family, _ in found}
-    assert families == {"fallbacks", "forward_path"}, found  # the try block, and `a + b` on tensors
-    assert [message for _, message in found] == check_format(cuda_candidate(forward='''
-        try:
-            return self.ext.add_forward(a, b)
-        except RuntimeError:
-            return a + b'''))
+            return a + b''')
+    found = check_rules(src)
+    assert {family for family, _ in found} == {"fallbacks", "forward_path"}, found  # the try block; `a + b` on tensors
+    assert [message for _, message in found] == check_format(src)
 
 
 def test_rejects_contextlib_suppress():
