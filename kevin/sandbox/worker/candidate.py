@@ -164,7 +164,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
                 flag("outputs", f"input set {k}: output {i} is on {o.device}, expected {device}")
             if not o.untyped_storage().resizable():
                 flag("outputs", f"input set {k}: output {i} is not in memory from PyTorch's allocator "
-                                  "(torch::from_blob, numpy or foreign memory); allocate it with torch::empty")
+                     "(torch::from_blob, numpy or foreign memory); allocate it with torch::empty")
             if _aliases(o, args):
                 flag("aliasing", f"input set {k}: output {i} shares memory with an input (return a new tensor)")
             outputs[f"set{k}.out{i}"] = o.detach().to("cpu", copy=True).contiguous()
