@@ -236,7 +236,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     if not cfg.tasks.startswith("builtin") and cfg.calibrate_tasks:  # one seed everywhere: the same tasks kept
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
-        acc.print(f"calibration: dropped {len(dropped)} tasks that a fake kernel passes: {dropped[:20]}")
+        acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
