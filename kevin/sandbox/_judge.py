@@ -168,11 +168,10 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
                                     "timed region)")}
 
 
-def _rules(msg: _process.Message, *extra: str) -> list[str]:
-    """The worker's rule names of its violations (``"dynamic/<rule>"``, malformed ones dropped) and ``extra``."""
+def _rules(msg: _process.Message) -> list[str]:
+    """The worker's rule names of its violations (``"dynamic/<rule>"``; malformed ones dropped), for telemetry."""
     given = msg.data.get("rules", [])
-    names = {str(r) for r in given if isinstance(r, str) and _RULE.fullmatch(r)} if isinstance(given, list) else set()
-    return sorted(names | set(extra))
+    return sorted({r for r in given if isinstance(r, str) and _RULE.fullmatch(r)} if isinstance(given, list) else set())
 
 
 _RULE = re.compile(r"dynamic/[a-z_]{1,40}")
