@@ -14,12 +14,16 @@ reports (the pure functions of kevin.core.eval.report, on kevin.core.eval.metric
 - **Scaling plot** (Fig. 6 and the blog's serial-vs-parallel comparison): best@k for k = 1..m of each
   configuration (unbiased estimator of Chen et al.) against kernels and against generated tokens.
 - **Bootstrap intervals over tasks** (95% by default) on every number of both tables.
+- **Beam search** (``--strategy beam``, the blog's test-time search): each configuration with more than
+  ``--beam_every`` turns also runs as beam search (``kevin.core.eval.beam``): every ``beam_every`` turns each task
+  keeps its ``beam_keep`` best trajectories, each continued m / beam_keep times; Table 2 shows it beside the
+  independent configurations, with the same kernel budget (copies are not counted, pruned turns are).
 - **Speedup against each baseline**: the correct kernels' mean speedup and fast_1 against every reference
   timing the sandbox took (eager, TF32, torch.compile on CUDA); ``--baseline`` picks the one the tables (and
   the speedups in the rollouts) divide by, ``--rules`` the sandbox's rule set (kevin or kernelbench).
 
-Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` (every trajectory with every EvalResult: it
-can be re-scored and re-reported), ``metrics.jsonl`` (one record per turn budget, then one per
+Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` and ``{m}x{n}-beam.jsonl`` (every trajectory with every
+EvalResult: it can be re-scored and re-reported), ``metrics.jsonl`` (one record per turn budget, then one per
 configuration, then one per configuration and baseline), ``report.md``, ``turns.png``, ``equal_budget.png``
 and ``config.json``.
 
@@ -31,10 +35,12 @@ result: the tiny random model writes no parseable kernel, so every number is 0.
 Launch:
     python recipes/evaluate.py                                    # CPU: tiny model, 2 tasks, 4x2 + 8x1, ~1 min
     python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts there; runs nothing
+    python recipes/evaluate.py --strategy beam                    # CPU: also 4x2 as beam search, 2 kept every turn
     python recipes/evaluate.py --model runs/starter               # a training run's latest checkpoint, into
                                                                   # runs/starter/evaluation (CPU-sized like tiny)
     python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
         # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
+        # (add --strategy beam: 16x8 also as beam search, the blog's 4 kept every 4 turns)
     OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
 Every field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20 --n_bootstrap 2000``), and
 ``--config file.yaml`` reads them from a file; models load through ``kevin.core.policy.models.load_model``.
@@ -76,6 +82,13 @@ class Config:
     """evaluate only the first N tasks (default: all; 2 for the CPU models tiny and starter and their runs)"""
     configs: str | None = None
     """m x n configurations, comma separated (default: '16x8,32x4,128x1'; '4x2,8x1' for tiny and starter)"""
+    strategy: Literal["independent", "beam"] = "independent"
+    """'beam': every configuration with more than beam_every turns also runs as beam search ({m}x{n}-beam.jsonl)"""
+    beam_keep: int | None = None
+    """beam search: trajectories each task keeps, each continued m / beam_keep times (default 4 as the blog; 2 for
+    tiny and starter, whose 4x2 would keep all 4)"""
+    beam_every: int | None = None
+    """beam search: turns between two prunings (default 4 as the blog; 1 for tiny and starter)"""
     temperature: float = 0.9
     """sampling temperature (paper: 0.9 at training and test time)"""
     max_new_tokens: int | None = None
@@ -161,7 +174,8 @@ def main(argv: list[str]) -> Path:
     tiny, cpu_sized = base == "tiny", base in ("tiny", "starter")
     requested = cfg.configs
     pairs = parse_configs(cfg.configs or ("4x2,8x1" if cpu_sized else "16x8,32x4,128x1"))
-    small = {k: getattr(cfg, k) for k in ("max_tasks", "max_new_tokens", "max_prompt_tokens", "n_bootstrap")
+    small = {k: getattr(cfg, k) for k in ("max_tasks", "max_new_tokens", "max_prompt_tokens", "n_bootstrap",
+                                          "beam_keep", "beam_every")
              if getattr(cfg, k) is not None and getattr(cfg, k) < 1}
     if small or not 0 < cfg.alpha < 1:
         raise SystemExit(f"these options must be >= 1: {small}" if small else f"--alpha must be in (0, 1), got {cfg.alpha}")
@@ -173,7 +187,15 @@ def main(argv: list[str]) -> Path:
         max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens is not None else
         (64 if tiny else 512 if cpu_sized else 16384),
         device=cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        beam_keep=cfg.beam_keep or (2 if cpu_sized else 4), beam_every=cfg.beam_every or (1 if cpu_sized else 4),
         output_dir=cfg.output_dir or default_out)
+    # one rollout per configuration, and under beam search one more per configuration with n > beam_every
+    runs = [(m, n, beam) for m, n in pairs for beam in (False, True)
+            if not beam or (cfg.strategy == "beam" and n > cfg.beam_every)]
+    beams = [m for m, _, beam in runs if beam]
+    if cfg.strategy == "beam" and not cfg.from_rollouts and (not beams or any(m % cfg.beam_keep for m in beams)):
+        raise SystemExit(f"--strategy beam needs a configuration of more than --beam_every {cfg.beam_every} turns, and "
+                         f"each such m a multiple of --beam_keep {cfg.beam_keep}; got {cfg.configs}")
     out = Path(cfg.output_dir)
     rollout_dir = out / "rollouts"
     if (out / "checkpoints").exists():
@@ -200,14 +222,15 @@ def main(argv: list[str]) -> Path:
         # default: the configurations the saved run made (its config.json), else every saved one
         made = settings.get("configs") if saved.exists() else None
         wanted = {f"{m}x{n}" for m, n in pairs} if requested else set(made.split(",")) if made else None
-        found = [p for p in source.glob("*.jsonl") if re.fullmatch(r"\d+x\d+", p.stem)]
-        for path in sorted(found, key=lambda p: (-int(p.stem.split("x")[1]), int(p.stem.split("x")[0]))):
-            if wanted is None or path.stem in wanted:
-                rollouts[path.stem] = load_rollout(path)
+        found = {p.stem: p for p in source.glob("*.jsonl") if re.fullmatch(r"\d+x\d+(-beam)?", p.stem)}
+        for stem in sorted(found, key=lambda s: (-int(re.split("[x-]", s)[1]), int(s.split("x")[0]), s)):
+            if wanted is None or stem.removesuffix("-beam") in wanted:  # a configuration's beam search with it
+                rollouts[stem] = load_rollout(found[stem])
         if not rollouts:
-            raise SystemExit(f"no rollouts named MxN.jsonl in {source}")
+            raise SystemExit(f"no rollouts named MxN.jsonl or MxN-beam.jsonl in {source}")
         settings["configs"] = ",".join(rollouts)
     else:
+        from kevin.core.eval.beam import beam_resampler
         from kevin.core.rollout import rollout
         from kevin.data import builtin_tasks, load_tasks
         from kevin.sandbox import Sandbox, SandboxConfig
@@ -220,29 +243,33 @@ def main(argv: list[str]) -> Path:
         sandbox = Sandbox(cfg.device, SandboxConfig(rules=cfg.rules, baseline=cfg.baseline))
         print(f"{len(tasks)} tasks on {cfg.device}, {cfg.rules} rules, {cfg.baseline} baseline; "
               f"configurations {cfg.configs}")
-        for m, n in pairs:
+        for m, n, beam in runs:
+            label = f"{m}x{n}" + ("-beam" if beam else "")
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
             try:
                 trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
-                                       backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens)
+                                       backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens,
+                                       resample=beam_resampler(m, cfg.beam_keep, cfg.beam_every) if beam else None)
             except BaseException as exc:  # keep the finished turns (MxN.partial.jsonl: --from_rollouts skips it)
                 if getattr(exc, "trajectories", None):
-                    path = save_rollout(exc.trajectories, rollout_dir / f"{m}x{n}.partial.jsonl")
-                    print(f"{m}x{n} stopped after {len(exc.trajectories[0].turns)} of {n} turns; those are in {path}")
+                    path = save_rollout(exc.trajectories, rollout_dir / f"{label}.partial.jsonl")
+                    print(f"{label} stopped after {len(exc.trajectories[0].turns)} of {n} turns; those are in {path}")
                 raise
-            save_rollout(trajectories, rollout_dir / f"{m}x{n}.jsonl")
-            rollouts[f"{m}x{n}"] = trajectories
-            print(f"{m}x{n}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")
+            save_rollout(trajectories, rollout_dir / f"{label}.jsonl")
+            rollouts[label] = trajectories
+            print(f"{label}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")
         (out / "config.json").write_text(json.dumps(settings, indent=1))
 
-    # --- Tables: Table 1 per turn budget on the most serial configuration, Table 2 over all of them.
+    # --- Tables: Table 1 per turn budget on the most serial independent configuration, Table 2 over all of them.
     ci = dict(n_resamples=cfg.n_bootstrap, alpha=cfg.alpha, seed=cfg.seed)
-    serial_label = max(rollouts, key=lambda label: report.shape_of(rollouts[label])[2])
+    serial_label = max(rollouts, key=lambda label: (report.shape_of(rollouts[label])[2], "-beam" not in label))
+    beam = f" beam {settings['beam_keep']}/{settings['beam_every']}" if settings.get("beam_keep") else "-beam"
+    tables = {label.replace("-beam", beam): trajs for label, trajs in rollouts.items()}  # "16x8 beam 4/4"
     turn_rows = report.turn_table(rollouts[serial_label], **ci)
-    budget_rows = report.equal_budget_table(list(rollouts.values()), **ci)
-    curves = {label: report.scaling_curve(trajs) for label, trajs in rollouts.items()}
-    baseline_rows = report.baseline_table(rollouts)
+    budget_rows = report.equal_budget_table(list(tables.values()), labels=list(tables), **ci)
+    curves = {label: report.scaling_curve(trajs) for label, trajs in tables.items()}
+    baseline_rows = report.baseline_table(tables)
     n_tasks = report.shape_of(rollouts[serial_label])[0]
 
     # --- Write metrics, plots and the report.

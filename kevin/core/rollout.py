@@ -21,11 +21,16 @@ a long response occupied the batch longer. ``Turn.evaluation_s`` is the ``evalua
 shared evenly among the kernels that were sent (0.0 for turns that never reached the sandbox).
 
 The output is ordered task-major, then by trajectory index: ``out[b * G + g]`` is trajectory g of task b.
+
+Beam search (``resample``, built by ``kevin.core.eval.beam.beam_resampler``): after a turn, a slot may drop its
+history and continue a copy of another slot's of the same task (``reparent``); the copied turns are marked
+``replica`` and the dropped ones kept in ``Trajectory.pruned``, so every generated kernel is counted exactly once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -84,6 +89,7 @@ def rollout(
     build_messages: Callable[..., list[dict]] | None = None,
     parse_response: Callable[[str], Any] | None = None,
     progress: bool = True,
+    resample: Callable[[int, list[tuple[Turn, ...]]], Sequence[int] | None] | None = None,
 ) -> list[Trajectory]:
     """Run G = ``n_trajectories`` trajectories of T = ``n_turns`` turns for each of the B ``tasks``.
 
@@ -105,6 +111,10 @@ def rollout(
             (``Generation.in_thought``), so that a response that stops without ``</think>`` has no answer.
         progress: show a tqdm bar over turns, with the stage of the current one (a log line per turn goes to the
             ``kevin.core.rollout`` logger either way). Without tqdm installed, no bar.
+        resample: beam search. ``resample(t, histories)`` is called after every turn t (0-based) but the last,
+            with the B*G histories (task-major, each a tuple of its turns); it returns [B*G] parents, slot k
+            continuing slot ``parents[k]``'s history from turn t+1 on (see :func:`reparent`), or None to leave
+            them as they are. None (default): independent trajectories.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt) carries them as its ``trajectories``: B*G trajectories of those turns.
@@ -134,6 +144,7 @@ def rollout(
         return []
     slots = [(b, g) for b in range(len(tasks)) for g in range(n_trajectories)]  # task-major, [B*G]
     history: list[list[Turn]] = [[] for _ in slots]
+    pruned: list[list[tuple[int, Turn]]] = [[] for _ in slots]
     count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
 
     bar, redirect = None, contextlib.ExitStack()
@@ -230,12 +241,18 @@ def rollout(
                 eval_s,
                 dict(sorted(statuses.items())),
             )
+            if resample is not None and t + 1 < n_turns:
+                parents = resample(t, [tuple(h) for h in history])
+                if parents is not None:
+                    history, pruned = reparent(history, pruned, parents, n_trajectories)
+                    moved = sum(p != k for k, p in enumerate(parents))
+                    logger.info("after turn %d: %d of %d trajectories continue another's", t + 1, moved, len(slots))
             if bar is not None:
                 bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
                 bar.update(1)
     except BaseException as exc:  # nothing finished is lost: the turns done so far ride on the exception
         if history[0]:
-            exc.trajectories = _trajectories(tasks, slots, history)
+            exc.trajectories = _trajectories(tasks, slots, history, pruned)
             if hasattr(exc, "add_note"):  # (Python 3.11+)
                 exc.add_note(f"rollout: the {len(history[0])} turns finished before this are in the exception's "
                              f".trajectories")
@@ -244,7 +261,42 @@ def rollout(
         redirect.close()
         if bar is not None:
             bar.close()
-    return _trajectories(tasks, slots, history)
+    return _trajectories(tasks, slots, history, pruned)
+
+
+def reparent(
+    history: Sequence[Sequence[Turn]],
+    pruned: Sequence[Sequence[tuple[int, Turn]]],
+    parents: Sequence[int],
+    n_trajectories: int,
+) -> tuple[list[list[Turn]], list[list[tuple[int, Turn]]]]:
+    """Slot k continues slot ``parents[k]``'s history: the new (history, pruned) of the B*G slots.
+
+    A slot with ``parents[k] == k`` is unchanged. Any other takes copies of its parent's turns marked
+    ``replica``, and its own non-replica turns join its pruned list with their positions (its replicas are
+    dropped: their originals are kept elsewhere). All new histories are built from the old ones, so a swap
+    works. So every generated turn stays exactly once a non-replica turn, on a path or in a pruned list.
+    Parents must be slots of the same task (``k // n_trajectories``), else ValueError.
+
+    Example, G = 2, parents [1, 1]: slot 0's history (a,) becomes (b',), b' a replica of slot 1's b, and
+    slot 0's pruned list gets (0, a).
+    """
+    n = len(history)
+    if len(parents) != n:
+        raise ValueError(f"resample gave {len(parents)} parents for {n} trajectories")
+    for k, p in enumerate(parents):
+        if not 0 <= p < n or p // n_trajectories != k // n_trajectories:
+            raise ValueError(f"trajectory slot {k} (task {k // n_trajectories}) cannot continue slot {p}: "
+                             "parents must be slots of the same task")
+    new_history, new_pruned = [], []
+    for k, p in enumerate(parents):
+        if p == k:
+            new_history.append(list(history[k]))
+            new_pruned.append(list(pruned[k]))
+        else:
+            new_history.append([dataclasses.replace(turn, replica=True) for turn in history[p]])
+            new_pruned.append([*pruned[k], *((i, turn) for i, turn in enumerate(history[k]) if not turn.replica)])
+    return new_history, new_pruned
 
 
 def _console_handler(log: logging.Logger) -> bool:
@@ -261,8 +313,10 @@ def _generation_weights(generations: Sequence[Any]) -> list[float]:
     return [float(len(g.text)) for g in generations]
 
 
-def _trajectories(tasks: Sequence[Any], slots: list[tuple[int, int]], history: list[list[Turn]]) -> list[Trajectory]:
+def _trajectories(tasks: Sequence[Any], slots: list[tuple[int, int]], history: list[list[Turn]],
+                  pruned: list[list[tuple[int, Turn]]]) -> list[Trajectory]:
     return [
-        Trajectory(task_id=tasks[b].task_id, task_index=b, trajectory_index=g, turns=tuple(history[k]))
+        Trajectory(task_id=tasks[b].task_id, task_index=b, trajectory_index=g, turns=tuple(history[k]),
+                   pruned=tuple(pruned[k]))
         for k, (b, g) in enumerate(slots)
     ]

@@ -36,7 +36,8 @@ class Turn:
     sandbox verdict (a parse failure is a ``format_error`` result). Costs: seconds of generation and of
     evaluation attributed to this turn, and the token counts a backend without token ids reported
     (``reported_prompt_tokens``, ``reported_generated_tokens``: an API's ``usage``), which
-    ``prompt_tokens`` and ``generated_tokens`` fall back to.
+    ``prompt_tokens`` and ``generated_tokens`` fall back to. ``replica``: a copy of another trajectory's
+    turn made by beam search (``kevin.core.eval.beam``); budgets count the original only.
     """
 
     prompt_ids: tuple[int, ...]
@@ -52,6 +53,7 @@ class Turn:
     evaluation_s: float = 0.0
     reported_prompt_tokens: int | None = None
     reported_generated_tokens: int | None = None
+    replica: bool = False
 
     @property
     def prompt_tokens(self) -> int:
@@ -64,6 +66,7 @@ class Turn:
         return len(self.response_ids) or (self.reported_generated_tokens or 0)
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``replica`` only when True, so records without beam search keep their form."""
         return {
             "prompt_ids": list(self.prompt_ids),
             "response_ids": list(self.response_ids),
@@ -78,6 +81,7 @@ class Turn:
             "evaluation_s": self.evaluation_s,
             "reported_prompt_tokens": self.reported_prompt_tokens,
             "reported_generated_tokens": self.reported_generated_tokens,
+            **({"replica": True} if self.replica else {}),
         }
 
     @classmethod
@@ -97,24 +101,33 @@ class Turn:
             evaluation_s=float(d.get("evaluation_s", 0.0)),
             reported_prompt_tokens=_optional_int(d.get("reported_prompt_tokens")),
             reported_generated_tokens=_optional_int(d.get("reported_generated_tokens")),
+            replica=bool(d.get("replica", False)),
         )
 
 
 @dataclass(frozen=True)
 class Trajectory:
-    """G of these per task: ``turns`` in order, all T of them (trajectories never stop early)."""
+    """G of these per task: ``turns`` in order, all T of them (trajectories never stop early).
+
+    ``pruned``: (turn position, turn) of every turn this trajectory's slot generated that beam search later
+    replaced with another trajectory's history: generated and judged, so counted in budgets, but no longer on
+    this path. Empty without beam search.
+    """
 
     task_id: str
     task_index: int
     trajectory_index: int
     turns: tuple[Turn, ...]
+    pruned: tuple[tuple[int, Turn], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``pruned`` only when not empty, so records without beam search keep their form."""
         return {
             "task_id": self.task_id,
             "task_index": self.task_index,
             "trajectory_index": self.trajectory_index,
             "turns": [t.to_dict() for t in self.turns],
+            **({"pruned": [[i, t.to_dict()] for i, t in self.pruned]} if self.pruned else {}),
         }
 
     @classmethod
@@ -124,6 +137,7 @@ class Trajectory:
             task_index=int(d["task_index"]),
             trajectory_index=int(d["trajectory_index"]),
             turns=tuple(Turn.from_dict(t) for t in d["turns"]),
+            pruned=tuple((int(i), Turn.from_dict(t)) for i, t in d.get("pruned", ())),
         )
 
 

@@ -7,6 +7,7 @@ from core_fakes import ScriptedPolicy, VerdictSandbox, char_ids, response
 from kevin.core.policy import Generation
 from kevin.core.rollout import TRUNCATED_FEEDBACK, format_error_result, rollout, share
 from kevin.core.split import split_trajectories
+from kevin.core.types import Turn
 from kevin.data.task import Task
 from kevin.sandbox.result import EvalResult
 
@@ -369,3 +370,114 @@ def test_tiny_policy_rollout_of_two_tasks_two_trajectories_two_turns_runs_end_to
         turn2_prompt = policy.tokenizer.decode(list(tr.turns[1].prompt_ids))
         assert "Here are your previous attempts:" in turn2_prompt
         assert tr.turns[0].result.feedback.strip() in turn2_prompt
+
+
+# --- beam search: resample ----------------------------------------------------------------------------
+
+
+def _marked(turn):
+    """Turn ``turn``'s script: slot i answers a kernel marked ``KERNEL-MARK-{turn}{i}``."""
+    return lambda i: response("t", CODE.format(i=f"{turn}{i}"), "s")
+
+
+def _fast_if(*marks):
+    """A verdict: correct at 2x for the kernels marked ``marks``, else incorrect."""
+    def verdict(task, code):
+        if any(f"KERNEL-MARK-{m}\n" in code for m in marks):
+            return EvalResult("correct", "ok", runtime_ms=0.5, baseline_ms=1.0)
+        return _incorrect(task, code)
+    return verdict
+
+
+def _beam(n_tasks=1, g=2, t=2, keep=1, every=1, verdict=_incorrect):
+    from kevin.core.eval.beam import beam_resampler
+
+    policy = ScriptedPolicy([_marked(turn) for turn in range(t)])
+    trajs, _ = _run(policy, n_tasks=n_tasks, g=g, t=t, verdict=verdict, resample=beam_resampler(g, keep, every))
+    return policy, trajs
+
+
+def _texts(turns):
+    return [turn.response_text for turn in turns]
+
+
+def test_a_replaced_slot_continues_a_replica_of_its_parents_history():
+    # G = 2, keep 1: after turn 1 slot 1 (correct) survives and slot 0 continues it
+    _, (first, second) = _beam(verdict=_fast_if("01"))
+    assert _texts(first.turns) == [second.turns[0].response_text, _marked(1)(0)]
+    assert [turn.replica for turn in first.turns] == [True, False]
+    assert not any(turn.replica for turn in second.turns)
+
+
+def test_a_replaced_slots_own_turns_are_kept_in_pruned_with_their_positions():
+    _, (first, second) = _beam(verdict=_fast_if("01"))
+    assert [(i, turn.response_text) for i, turn in first.pruned] == [(0, _marked(0)(0))]
+    assert second.pruned == ()
+
+
+def test_the_next_prompt_of_a_replaced_slot_holds_its_parents_kernel_not_its_own():
+    policy, _ = _beam(verdict=_fast_if("01"))
+    prompt = _user_text(policy.calls[1][0])  # turn 2, slot 0
+    assert "KERNEL-MARK-01\n" in prompt and "KERNEL-MARK-00\n" not in prompt
+
+
+def test_every_generated_turn_is_exactly_once_a_non_replica_turn():
+    # B 2, G 4, T 3, keep 2 every turn: B * G * T = 24 kernels, each on a path or in a pruned list, once
+    _, trajs = _beam(n_tasks=2, g=4, t=3, keep=2, verdict=_fast_if("01", "03", "12", "16"))
+    own = [turn.response_text for tr in trajs for turn in [*tr.turns, *(p for _, p in tr.pruned)] if not turn.replica]
+    generated = [_marked(turn)(i) for turn in range(3) for i in range(8)]
+    assert sorted(own) == sorted(generated) and len(own) == 24
+    assert all(len(tr.pruned) > 0 for tr in trajs if tr.turns[0].replica)  # beam search did replace slots
+    assert sum(tr.turns[-2].replica for tr in trajs) == 4  # after turn 2: 2 of 4 slots per task continue another
+
+
+def test_resample_is_called_after_every_turn_but_the_last_with_every_history():
+    seen = []
+
+    def resample(t, histories):
+        seen.append((t, [len(h) for h in histories]))
+
+    _run(ScriptedPolicy([_marked(0)]), g=2, t=3, resample=resample)
+    assert seen == [(0, [1, 1]), (1, [2, 2])]
+
+
+def test_without_resample_nothing_is_a_replica_or_pruned():
+    trajs, _ = _run(ScriptedPolicy([_marked(0)]), n_tasks=2, g=2, t=2)
+    assert all(tr.pruned == () and not any(turn.replica for turn in tr.turns) for tr in trajs)
+
+
+def test_a_parent_of_another_task_is_an_error():
+    # slots 0, 1 are task 0; slot 2 is task 1
+    with pytest.raises(ValueError, match="same task"):
+        _run(ScriptedPolicy([_marked(0)]), n_tasks=2, g=2, t=2, resample=lambda t, h: [2, 1, 2, 3])
+
+
+def _plain(text, replica=False):
+    return Turn((), (), text, EvalResult("incorrect", ""), replica=replica)
+
+
+def test_reparent_builds_every_new_history_from_the_old_ones():
+    from kevin.core.rollout import reparent
+
+    a, b = (_plain("a"),), (_plain("b"),)
+    history, pruned = reparent([list(a), list(b)], [[], []], [1, 0], n_trajectories=2)  # a swap
+    assert _texts(history[0]) == ["b"] and _texts(history[1]) == ["a"]
+    assert [(i, t.response_text) for i, t in pruned[0]] == [(0, "a")]
+    assert [(i, t.response_text) for i, t in pruned[1]] == [(0, "b")]
+
+
+def test_reparent_drops_a_replaced_slots_replicas_and_keeps_its_earlier_pruned_turns():
+    from kevin.core.rollout import reparent
+
+    copy, own, other = _plain("copy", replica=True), _plain("own"), _plain("other")
+    earlier = (0, _plain("earlier"))
+    history, pruned = reparent([[copy, own], [copy, other]], [[earlier], []], [1, 1], n_trajectories=2)
+    assert [(i, t.response_text) for i, t in pruned[0]] == [(0, "earlier"), (1, "own")]  # the copy is not kept
+    assert [(t.response_text, t.replica) for t in history[0]] == [("copy", True), ("other", True)]  # a replica stays one
+
+
+def test_reparent_refuses_parents_of_the_wrong_length():
+    from kevin.core.rollout import reparent
+
+    with pytest.raises(ValueError, match="1 parents for 2"):
+        reparent([[], []], [[], []], [0], n_trajectories=2)

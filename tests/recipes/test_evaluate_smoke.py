@@ -262,6 +262,9 @@ def test_an_api_model_is_evaluated_through_an_openai_compatible_endpoint(tmp_pat
     (("--alpha", "2"), "--alpha must be in (0, 1), got 2.0"),
     (("--rules", "kernelbnch"), "argument --rules: invalid choice: 'kernelbnch' (choose from 'kevin', 'kernelbench')"),
     (("--baseline", "tf16"), "argument --baseline: invalid choice: 'tf16' (choose from 'eager', 'tf32', 'compile')"),
+    (("--beam_keep", "0"), "these options must be >= 1: {'beam_keep': 0}"),
+    (("--strategy", "beam", "--configs", "3x2"), "each such m a multiple of --beam_keep 2; got 3x2"),
+    (("--strategy", "beam", "--configs", "4x1"), "needs a configuration of more than --beam_every 1 turns"),
 ])
 def test_a_wrong_option_is_one_line_naming_it(args, message, refused, tmp_path):
     # an output directory of the test's own: the --engine refusals come after the recipe has claimed and created it
@@ -351,3 +354,23 @@ def test_rereporting_a_rollouts_folder_with_overwrite_keeps_the_rollouts(tmp_pat
     recipe("--from_rollouts", str(saved / "rollouts"), "--output_dir", str(saved), "--overwrite",
            "--n_bootstrap", "50")
     assert (saved / "rollouts" / "2x1.jsonl").exists() and (saved / "report.md").exists()
+
+
+@pytest.mark.timeout(240)
+def test_beam_search_runs_beside_its_configuration_at_the_same_kernel_budget(tmp_path, recipe):
+    out = tmp_path / "eval"
+    recipe("--strategy", "beam", "--configs", "4x2", "--max_tasks", "1", "--max_new_tokens", "8",
+           "--n_bootstrap", "50", "--output_dir", str(out))
+    # the tiny model writes no kernel: every score is 0, so (ties to the lower index, keep 2 of 4) slots 0 and 1
+    # survive turn 1, and slots 2 and 3 continue copies of them, their own first turns pruned
+    beam = read_jsonl(out / "rollouts" / "4x2-beam.jsonl")
+    assert [[t.get("replica", False) for t in row["turns"]] for row in beam] == [[False] * 2] * 2 + [[True, False]] * 2
+    assert [[i for i, _ in row.get("pruned", [])] for row in beam] == [[], [], [0], [0]]
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["rollout"] for r in records if r["table"] == "turns"] == ["4x2", "4x2"]  # Table 1: independent
+    budget = {r["config"]: r for r in records if r["table"] == "budget"}
+    assert list(budget) == ["4x2", "4x2 beam 2/1"]
+    assert budget["4x2 beam 2/1"]["compute/kernels"] == budget["4x2"]["compute/kernels"] == 8  # 4 x 2, one task
+    assert "| 4x2 beam 2/1 | 8 |" in (out / "report.md").read_text()
+    recipe("--from_rollouts", str(out), "--n_bootstrap", "50")  # re-reported in place: the beam rollout too
+    assert "| 4x2 beam 2/1 | 8 |" in (out / "report.md").read_text()

@@ -15,6 +15,10 @@ What is computed (docs/method.md, "Evaluation and health metrics"; paper section
   so costs more prompt tokens per kernel than parallel sampling: equal kernels are not equal compute.
 - **Scaling curves**: for each configuration, best@k for k = 1..m against kernels (k * n) and against
   generated tokens (k trajectories' worth), so serial and parallel can be compared at any budget.
+- **Beam search** (``kevin.core.eval.beam``): a beam rollout's paths share copied turns (``Turn.replica``) and
+  dropped some (``Trajectory.pruned``); compute and kernel counts take every generated turn once
+  (:func:`generated_turns`), so a beam G x n costs G * n kernels per task as the independent G x n does. Its
+  trajectories are not independent, so its scaling curve has the k = G point only.
 - **Speedup against each baseline**: per configuration and per reference timing the sandbox took (eager,
   eager with TF32, ``torch.compile``; ``EvalResult.baselines_ms``), the mean speedup of the correct kernels and
   fast_1 over tasks: a speedup over a baseline a reader would not use (eager fp32 without TF32) can vanish
@@ -38,7 +42,7 @@ from pathlib import Path
 import torch
 
 from kevin.core.eval import metrics as _metrics
-from kevin.core.types import Trajectory
+from kevin.core.types import Trajectory, Turn
 
 # --------------------------------------------------------------------------------------------------
 # Bootstrap over tasks
@@ -157,10 +161,12 @@ class BudgetRow:
     n_tasks: int
     summary: Summary
     compute: Compute
+    name: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{self.n}"
+        """``name`` when given (say "16x8 beam 4/4"), else "MxN"."""
+        return self.name or f"{self.m}x{self.n}"
 
 
 @dataclass(frozen=True)
@@ -221,18 +227,35 @@ def shape_of(trajectories: Sequence[Trajectory]) -> tuple[int, int, int]:
     return len(groups), len(groups[0]), len(groups[0][0].turns)
 
 
+def generated_turns(trajectory: Trajectory, *, turns: int | None = None) -> list[Turn]:
+    """Every turn the trajectory's slot generated at positions < ``turns`` (all when None): its own turns on
+    its path (not the ``replica`` copies) and the ones beam search pruned from it.
+
+    Over a rollout's trajectories each generated kernel appears exactly once: B * G * t turns for t positions.
+    Without beam search, the path's first ``turns`` turns.
+    """
+    own = [t for t in trajectory.turns[:turns] if not t.replica]
+    return own + [t for i, t in trajectory.pruned if turns is None or i < turns]
+
+
 def compute_used(trajectories: Sequence[Trajectory], *, turns: int | None = None) -> Compute:
-    """Sum of the costs of every turn (only the first ``turns`` of each trajectory when given).
+    """Sum of the costs of every generated turn (:func:`generated_turns`; the first ``turns`` positions when
+    given): a beam rollout's replicas are not counted, its pruned turns are.
 
     >>> compute_used([]).kernels
     0
     """
     total = Compute(0, 0, 0, 0.0, 0.0)
     for trajectory in trajectories:
-        for turn in trajectory.turns[:turns]:
+        for turn in generated_turns(trajectory, turns=turns):
             total += Compute(1, turn.prompt_tokens, turn.generated_tokens, turn.generation_s,
                              turn.evaluation_s)
     return total
+
+
+def is_beam(trajectories: Sequence[Trajectory]) -> bool:
+    """Whether beam search copied or pruned turns of this rollout (its trajectories are then not independent)."""
+    return any(tr.pruned or any(t.replica for t in tr.turns) for tr in trajectories)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -267,18 +290,20 @@ def turn_table(trajectories: Sequence[Trajectory], *, k: int | None = None, n_re
 
 
 def equal_budget_table(rollouts: Sequence[Sequence[Trajectory]], *, n_resamples: int = 1000,
-                       alpha: float = 0.05, seed: int = 0) -> list[BudgetRow]:
+                       alpha: float = 0.05, seed: int = 0, labels: Sequence[str | None] | None = None
+                       ) -> list[BudgetRow]:
     """Table 2: one BudgetRow per rollout (each an m x n configuration), scored best@m at n turns.
 
     The rollouts should share tasks and kernel budget m * n; a mismatch is not an error (a partial
-    table is still informative) but the markdown report flags it.
+    table is still informative) but the markdown report flags it. ``labels``: one per rollout
+    (``BudgetRow.name``; None: "MxN").
     """
     rows = []
-    for trajectories in rollouts:
+    for trajectories, name in zip(rollouts, labels or [None] * len(rollouts), strict=True):
         n_tasks, m, n = shape_of(trajectories)
         rows.append(BudgetRow(m, n, n_tasks,
                               summarize(trajectories, n_resamples=n_resamples, alpha=alpha, seed=seed),
-                              compute_used(trajectories)))
+                              compute_used(trajectories), name))
     return rows
 
 
@@ -286,11 +311,18 @@ def scaling_curve(trajectories: Sequence[Trajectory], *, ks: Sequence[int] | Non
     """best@k at all n turns for k in ``ks`` (default 1, 2, 4, ... and G): Fig. 6 for one configuration.
 
     ``kernels`` = k * n; ``generated_tokens`` = k times the mean generated tokens of one trajectory,
-    averaged over tasks (what k trajectories cost on average).
+    averaged over tasks (what k trajectories cost on average). A beam rollout (:func:`is_beam`) gives the
+    k = G point only, whatever ``ks``: its paths share turns, so k of them are no sample of k independent
+    trajectories; its tokens are those it generated per task (``compute_used``).
     """
     groups = group_by_task(trajectories)
     g = len(groups[0])
     n = len(groups[0][0].turns)
+    if is_beam(trajectories):
+        per_task = [_metrics_per_task(group, turns=None, k=g) for group in groups]
+        return [CurvePoint(g, float(g * n), compute_used(trajectories).generated_tokens / len(groups),
+                           sum(p["correct_best"] for p in per_task) / len(groups),
+                           sum(p["speedup_best"] for p in per_task) / len(groups))]
     if ks is None:
         ks = sorted({2**i for i in range(int(math.log2(g)) + 1)} | {g})
     per_traj_tokens = [sum(sum(t.generated_tokens for t in tr.turns) for tr in gr) / g for gr in groups]
@@ -309,22 +341,23 @@ BASELINE_ORDER = ("eager", "tf32", "compile")
 
 def baselines_present(trajectories: Sequence[Trajectory]) -> list[str]:
     """The baseline names any result of ``trajectories`` was timed against: eager, tf32, compile, then others."""
-    names = {name for tr in trajectories for turn in tr.turns for name in turn.result.baselines_ms}
+    names = {name for tr in trajectories for turn in generated_turns(tr) for name in turn.result.baselines_ms}
     return [b for b in BASELINE_ORDER if b in names] + sorted(names - set(BASELINE_ORDER))
 
 
 def baseline_table(rollouts: Mapping[str, Sequence[Trajectory]]) -> list[BaselineRow]:
     """One BaselineRow per configuration (label -> its trajectories) and baseline present in its results.
 
-    Records written before ``baselines_ms`` existed carry none, and give no rows.
+    Records written before ``baselines_ms`` existed carry none, and give no rows. Every generated kernel
+    counts once (:func:`generated_turns`: a beam rollout's replicas are not counted again, its pruned turns are).
     """
     rows = []
     for label, trajectories in rollouts.items():
         groups = _metrics.group_by_task(trajectories).values()
-        correct = [t.result for tr in trajectories for t in tr.turns if t.result.correct]
+        correct = [t.result for tr in trajectories for t in generated_turns(tr) if t.result.correct]
         for name in baselines_present(trajectories):
             speedups = [s for s in (r.speedup_vs(name) for r in correct) if s is not None]
-            fast = sum(any((t.result.speedup_vs(name) or 0.0) >= 1.0 for tr in group for t in tr.turns)
+            fast = sum(any((t.result.speedup_vs(name) or 0.0) >= 1.0 for tr in group for t in generated_turns(tr))
                        for group in groups)
             rows.append(BaselineRow(label, name, len(groups), len(correct), len(speedups),
                                     sum(speedups) / len(speedups) if speedups else None, fast / max(len(groups), 1)))

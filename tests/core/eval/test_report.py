@@ -1,5 +1,6 @@
 """kevin.core.eval.report: bootstrap intervals, Table 1 per turn, Table 2 at equal budget, compute sums, baselines."""
 
+import dataclasses
 import json
 import math
 
@@ -12,6 +13,7 @@ from kevin.core.eval.report import (
     bootstrap_ci,
     compute_used,
     equal_budget_table,
+    is_beam,
     markdown_report,
     metrics_records,
     scaling_curve,
@@ -289,3 +291,54 @@ def test_the_report_names_the_rule_set_and_baseline_and_shows_every_baselines_sp
     assert [(r["baseline"], r["fast_1"], r["kernels/timed"]) for r in records] == \
         [("eager", 1.0, 3), ("tf32", 0.5, 3), ("compile", 0.0, 2)]
     assert "Speedup against each baseline" not in markdown_report([], [])
+
+
+# --------------------------------------------------------------------------------------------------
+# Beam search rollouts: replicas counted once, pruned turns counted
+
+
+def _beam_rollout():
+    """1 task, G 2, T 2, beam search kept slot 1 after turn 1. Slot 1 generated a (2x, 1 token) and d (3x,
+    8 tokens); slot 0 generated b (incorrect, 2 tokens), pruned, and c (incorrect, 4 tokens) after a copy of a."""
+    a, d = _turn("correct", 2.0, generated=1), _turn("correct", 3.0, generated=8)
+    b, c = _turn(generated=2), _turn(generated=4)
+    return [Trajectory("t0", 0, 0, (dataclasses.replace(a, replica=True), c), pruned=((0, b),)),
+            _traj(0, 1, [a, d])]
+
+
+def test_compute_of_a_beam_rollout_counts_every_generated_kernel_once():
+    # a, b, c, d: 4 kernels (G * T), generated 1 + 2 + 4 + 8 = 15 (the replica of a is not counted, b is);
+    # prompts 4 * 10; generation 4 * 1.0 s; sandbox 4 * 0.5 s
+    assert compute_used(_beam_rollout()) == Compute(4, 40, 15, 4.0, 2.0)
+
+
+def test_compute_of_a_beam_rollout_at_one_turn_counts_the_first_position_only():
+    # position 0: a (slot 1) and b (pruned from slot 0): 2 kernels (G * 1), 1 + 2 = 3 tokens
+    assert compute_used(_beam_rollout(), turns=1) == Compute(2, 20, 3, 2.0, 1.0)
+
+
+def test_a_beam_rollout_has_one_scaling_point_at_k_equal_g():
+    # k = G = 2: kernels 2 * 2 = 4, tokens 15 generated on the one task, best speedup max(2, 3) = 3
+    (point,) = scaling_curve(_beam_rollout())
+    assert (point.k, point.kernels, point.generated_tokens) == (2, 4.0, 15.0)
+    assert point.speedup_best == pytest.approx(3.0)
+
+
+def test_only_copied_or_pruned_turns_make_a_rollout_a_beam_one():
+    serial, _ = _budget_rollouts()
+    assert is_beam(_beam_rollout()) and not is_beam(serial)
+
+
+def test_a_beam_row_of_table_2_carries_its_label_and_the_kernels_it_generated():
+    (row,) = equal_budget_table([_beam_rollout()], n_resamples=50, labels=["2x2 beam 1/1"])
+    assert (row.label, row.m, row.n, row.compute.kernels) == ("2x2 beam 1/1", 2, 2, 4)
+    assert "| 2x2 beam 1/1 | 4 | 3.00x" in markdown_report([], [row])
+
+
+def test_the_baseline_table_counts_a_replicated_kernel_once():
+    # slot 1's kernel (2x against eager) is copied into slot 0, whose own incorrect kernel was pruned
+    kernel = _timed(0.5, eager=1.0)
+    rollout = [Trajectory("t0", 0, 0, (dataclasses.replace(kernel, replica=True),),
+                          pruned=((0, _timed(None, "incorrect")),)), _traj(0, 1, [kernel])]
+    (row,) = baseline_table({"2x1 beam 1/1": rollout})
+    assert (row.n_correct, row.n_timed, row.mean_speedup, row.fast1) == (1, 1, 2.0, 1.0)
