@@ -2,17 +2,19 @@
 
 Golden outputs arrive as safetensors bytes over a private pipe and live only in the parent's memory: no
 golden output is ever on disk, where a candidate process of the same user could read it. The inputs file
-stays on disk: candidates receive a copy of it.
+stays on disk, read-only: each candidate gets a hard link to it (`hand_over`), which its worker unlinks once
+read. Copies would cost the disk a task's inputs (gigabytes at KernelBench sizes) per candidate at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 from . import _process
 from .config import SandboxConfig
@@ -28,6 +30,7 @@ class Golden:
     outputs: dict[str, Any] = field(default_factory=dict, repr=False)
     sub_outputs: dict[str, Any] = field(default_factory=dict, repr=False)
     error: str | None = None
+    inputs_signature: tuple[int, ...] = ()
 
     @property
     def n_sets(self) -> int:
@@ -39,6 +42,30 @@ class Golden:
 
     def set_outputs(self, prefix: str, n: int) -> list[Any]:
         return [self.outputs[f"{prefix}.out{i}"] for i in range(n)]
+
+    def inputs_intact(self) -> bool:
+        """Whether the inputs file is still the one the golden outputs were computed from (same inode, size,
+        modification time and read-only mode): a candidate that wrote to its link would change the inputs of
+        every later candidate of the task."""
+        return bool(self.inputs_signature) and file_signature(self.inputs_path) == self.inputs_signature
+
+
+def file_signature(path: str) -> tuple[int, ...]:
+    """(inode, size, mtime in ns, mode) of ``path``; () when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode
+
+
+def hand_over(golden: Golden, dest: str) -> None:
+    """Put the golden's inputs at ``dest`` for one candidate: a hard link (no copy of gigabytes), or a copy where
+    no link can be made (``dest`` on another filesystem)."""
+    try:
+        os.link(golden.inputs_path, dest)
+    except OSError:
+        shutil.copyfile(golden.inputs_path, dest)
 
 
 def worker_env(scratch: str, gpu: str | None) -> dict[str, str]:
@@ -55,12 +82,17 @@ def run_golden(
     mode: str = "golden",
     baseline_keys: frozenset[str] = frozenset(),
     n_rechecks: int | None = None,
+    shared: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+    alone: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
 ) -> dict[str, Golden]:
     """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
 
     ``gpu`` is the physical GPU id (None = CPU). ``baseline_keys``: tasks whose reference is also timed, once per
     name of ``config.baselines_for(backend)``: ``meta["baselines"]`` = {name: timing summary}, ``meta["baseline"]``
     = the configured ``config.baseline``'s, ``meta["baseline_errors"]`` = {name: error} for any that failed.
+    ``shared()`` is held while a task's reference runs and compiles, ``alone()`` while its baselines are timed
+    (the Sandbox passes its device gate's shared and exclusive admissions); nothing while the process starts.
+    Time spent waiting for them does not count against ``config.golden_timeout_s``.
     """
     scratch = tempfile.mkdtemp(prefix="golden-", dir=root)
     specs = []
@@ -84,22 +116,37 @@ def run_golden(
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))
     status: dict[str, str | None] = {}
     outputs: dict[str, dict[str, Any]] = {}
-    while True:
-        msg = worker.next(deadline)
-        if msg is None:
-            break
-        if msg.event == "golden":
-            from safetensors.torch import load as load_bytes
+    held = contextlib.ExitStack()
 
-            outputs[str(msg.data["key"])] = load_bytes(worker.read_data(int(msg.data["nbytes"])))
-        elif msg.event == "task_done":
-            status[msg.data["key"]] = None
-        elif msg.event == "task_error":
-            status[msg.data["key"]] = str(msg.data.get("message", "unknown error"))
-        elif msg.event == "error":
-            break
-        elif msg.event == "done":
-            break
+    def admit(gate: Callable[[], ContextManager[Any]], answer: str) -> float:
+        """Leave the admission held, enter ``gate``, tell the worker; the seconds it waited."""
+        held.close()
+        t0 = time.monotonic()
+        held.enter_context(gate())
+        worker.send(answer)
+        return time.monotonic() - t0
+
+    with held:
+        while True:
+            msg = worker.next(deadline)
+            if msg is None:
+                break
+            if msg.event == "need_device":
+                deadline += admit(shared, "go")
+            elif msg.event == "ready_to_time":
+                deadline += admit(alone, "time")
+            elif msg.event == "timed":
+                held.close()
+            elif msg.event == "golden":
+                from safetensors.torch import load as load_bytes
+
+                outputs[str(msg.data["key"])] = load_bytes(worker.read_data(int(msg.data["nbytes"])))
+            elif msg.event in ("task_done", "task_error"):
+                held.close()
+                status[msg.data["key"]] = (None if msg.event == "task_done"
+                                           else str(msg.data.get("message", "unknown error")))
+            elif msg.event in ("error", "done"):
+                break
     timed_out = worker.timed_out(deadline)
     rc = worker.finish(time.monotonic() + 30)
     tail = worker.log_tail()
@@ -129,7 +176,10 @@ def load_golden(key: str, out_dir: str, outputs: dict[str, Any], *, keep_sub: bo
     sub_path = os.path.join(out_dir, "sub.safetensors")
     if keep_sub and os.path.exists(sub_path):
         sub = load_file(sub_path)
-    return Golden(key, inputs_path=os.path.join(out_dir, "inputs.safetensors"), meta=meta, outputs=outputs, sub_outputs=sub)
+    inputs_path = os.path.join(out_dir, "inputs.safetensors")
+    os.chmod(inputs_path, 0o444)  # candidates get links to it: none may write through its own
+    return Golden(key, inputs_path=inputs_path, meta=meta, outputs=outputs, sub_outputs=sub,
+                  inputs_signature=file_signature(inputs_path))
 
 
 def load_inputs(golden: Golden) -> dict[str, Any]:

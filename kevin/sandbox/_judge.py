@@ -280,7 +280,7 @@ class CandidateRun:
         marks: dict[str, float] = {}
         self.details["marks"] = marks
         inputs = os.path.join(self.scratch, "inputs.safetensors")
-        shutil.copyfile(golden.inputs_path, inputs)
+        _golden_run.hand_over(golden, inputs)
         spec = {
             "inputs": inputs,
             "sets": [s["inputs"] for s in golden.meta["sets"]],

@@ -91,6 +91,9 @@ class _GoldenCache:
         with key_lock:
             with self._lock:
                 golden = self.entries.get(key)
+                if golden is not None and golden.inputs_path and not golden.inputs_intact():
+                    del self.entries[key]  # its inputs file was changed: computed again (its folder goes at close)
+                    golden = None
                 if golden is not None:
                     self.entries.move_to_end(key)
                     self.users[key] = self.users.get(key, 0) + 1
@@ -479,10 +482,10 @@ class Sandbox:
         """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.
 
         The GPU is idle during compilation; without this the first judging of every new task waited ~10 s for
-        the golden process under the device gate. It holds the gate alone (`DeviceGate.exclusive`), so it never
-        overlaps a timing or a correctness run. A failure is left for the judging, which computes the entry again
-        and reports it. The CPU
-        backend does not prefetch: its baseline would be timed while compilers load the cores.
+        the golden process. Its reference runs share the device gate and its baseline timing holds it alone
+        (`_compute_golden`), so it never overlaps a timing. A failure is left for the judging, which computes the
+        entry again and reports it. The CPU backend does not prefetch: its baseline would be timed while
+        compilers load the cores.
         """
         if self.backend != "cuda":
             return
@@ -546,9 +549,10 @@ class Sandbox:
         summaries = _baseline_summaries(golden.meta if golden else {})
         if self.config.baseline not in summaries:
             # Golden data came from a device of another name (or without timing): time it here now.
-            with self._devices.gates[slot].exclusive():
-                fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
-                                               seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0)["b"]
+            gate = self._devices.gates[slot]
+            fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
+                                           seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0,
+                                           shared=gate.shared, alone=gate.exclusive)["b"]
             summaries = _baseline_summaries(fresh.meta) if fresh.error is None else {}
             if fresh.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
@@ -569,14 +573,18 @@ class Sandbox:
         return values
 
     def _compute_golden(self, task_src: str, slot: Any) -> _golden_run.Golden:
-        """Run the golden process for one task on ``slot`` (holding its gate alone); times the baseline unless known."""
+        """Run the golden process for one task on ``slot``; times the baseline unless known.
+
+        It shares ``slot``'s gate while the reference runs and compiles and holds it alone only while the
+        baselines are timed, so the goldens of a batch's tasks overlap each other and the correctness runs.
+        """
         key = _resolve.sha256(task_src)[:16]
         need_baseline = self.config.measure_speed and self._baseline_key(task_src, slot) not in self._baselines
-        with self._devices.gates[slot].exclusive():
-            return _golden_run.run_golden(
-                [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
-                baseline_keys=frozenset({key}) if need_baseline else frozenset(),
-            )[key]
+        gate = self._devices.gates[slot]
+        return _golden_run.run_golden(
+            [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
+            baseline_keys=frozenset({key}) if need_baseline else frozenset(), shared=gate.shared, alone=gate.exclusive,
+        )[key]
 
 
 def _baseline_summaries(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -351,3 +351,94 @@ def test_a_report_with_too_few_samples_or_a_nan_is_malformed():
     nan = {"samples_ms": [1.0] * 9 + [float("nan")], "median_ms": 1.0}
     assert _judge.report_median(nan, _timing_end(15), config)[1] == "a sample is not a finite time"
     assert _judge.MIN_TRIALS == timing.MIN_TRIALS
+
+
+def _recording_gate(events):
+    """shared/alone admissions that record when they are entered and left."""
+    import contextlib
+
+    def gate(name):
+        @contextlib.contextmanager
+        def admission():
+            events.append(f"{name}+")
+            try:
+                yield
+            finally:
+                events.append(f"{name}-")
+        return admission
+    return gate("shared"), gate("alone")
+
+
+def test_golden_holds_the_device_alone_only_while_it_times_the_baselines(tmp_path):
+    from kevin.sandbox._golden_run import run_golden
+
+    events: list[str] = []
+    shared, alone = _recording_gate(events)
+    config = SandboxConfig(n_trials=3, n_warmup=1, extra_baselines=())
+    g = run_golden([("relu", RELU_TASK.source)], root=str(tmp_path), gpu=None, config=config, seed=0,
+                   baseline_keys=frozenset({"relu"}), shared=shared, alone=alone)["relu"]
+    assert g.error is None and g.meta["baseline"]["median_ms"] > 0
+    # the reference runs (and compiles) sharing the device; it is left before the timing takes it alone
+    assert events == ["shared+", "shared-", "alone+", "alone-"]
+
+
+def test_golden_without_a_baseline_never_asks_for_the_device_alone(tmp_path):
+    from kevin.sandbox._golden_run import run_golden
+
+    events: list[str] = []
+    shared, alone = _recording_gate(events)
+    g = run_golden([("relu", RELU_TASK.source)], root=str(tmp_path), gpu=None,
+                   config=SandboxConfig(measure_speed=False), seed=0, shared=shared, alone=alone)["relu"]
+    assert g.error is None
+    assert events == ["shared+", "shared-"]
+
+
+def test_candidates_get_a_link_to_the_read_only_golden_inputs_not_a_copy(tmp_path):
+    from kevin.sandbox._golden_run import hand_over, run_golden
+
+    g = run_golden([("relu", RELU_TASK.source)], root=str(tmp_path), gpu=None,
+                   config=SandboxConfig(measure_speed=False), seed=0)["relu"]
+    hand_over(g, str(tmp_path / "for_candidate.safetensors"))
+    original, link = os.stat(g.inputs_path), os.stat(tmp_path / "for_candidate.safetensors")
+    assert link.st_ino == original.st_ino  # one file on disk, however many candidates judge the task
+    assert original.st_mode & 0o222 == 0  # nobody may write through a link
+    os.unlink(tmp_path / "for_candidate.safetensors")  # what the candidate's worker does once it read it
+    assert g.inputs_intact()
+
+
+def test_golden_inputs_written_through_a_link_are_no_longer_intact(tmp_path):
+    from kevin.sandbox._golden_run import hand_over, run_golden
+
+    g = run_golden([("relu", RELU_TASK.source)], root=str(tmp_path), gpu=None,
+                   config=SandboxConfig(measure_speed=False), seed=0)["relu"]
+    link = tmp_path / "for_candidate.safetensors"
+    hand_over(g, str(link))
+    os.chmod(link, 0o644)  # the attack: make it writable again, change a byte, restore the mode
+    with open(link, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x00")
+    os.chmod(link, 0o444)
+    assert not g.inputs_intact()
+
+
+def test_golden_cache_computes_a_task_again_when_its_inputs_file_was_changed(tmp_path):
+    from kevin.sandbox.sandbox import _GoldenCache
+    from kevin.sandbox._golden_run import Golden, file_signature
+
+    path = tmp_path / "inputs.safetensors"
+    path.write_bytes(b"abc")
+    made = []
+
+    def compute():
+        made.append(1)
+        return Golden("k", inputs_path=str(path), inputs_signature=file_signature(str(path)))
+
+    cache = _GoldenCache(capacity=2)
+    cache.acquire("k", compute)
+    cache.release("k")
+    cache.acquire("k", compute)  # unchanged: the cached entry
+    cache.release("k")
+    assert len(made) == 1
+    path.write_bytes(b"abcd")  # size changed (3 -> 4 bytes)
+    cache.acquire("k", compute)
+    assert len(made) == 2

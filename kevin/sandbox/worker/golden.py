@@ -12,6 +12,13 @@
    job (eager, eager with TF32, ``torch.compile``; `time_baselines`);
 6. writes ``inputs.safetensors`` (``sub.safetensors``) and ``meta.json``, and sends the golden outputs to
    the parent as safetensors bytes over a private pipe: they are never on disk.
+
+The parent admits it to the device in two steps, as it admits candidates: it asks (``need_device``) before a
+task's first device work and waits for ``go``, which the parent sends once the device may be shared (steps
+2-4 and the ``torch.compile`` warm-up); it asks again (``ready_to_time``) and waits for ``time``, sent once
+the device is its alone, before the baselines are timed, and says ``timed`` after. Only the timing excludes
+other work: goldens of many tasks, each tens of seconds of imports and compilation, no longer queue one
+behind the other for the whole device.
 """
 
 from __future__ import annotations
@@ -104,8 +111,17 @@ def input_entries(inputs: list[Any], prefix: str, tensors: dict[str, torch.Tenso
     return spec
 
 
+def admitted(channel: _worker.Channel, ask: str, answer: str, key: str) -> None:
+    """Send ``ask`` and block until the parent answers ``answer`` (its device gate admitted this process)."""
+    channel.send(ask, key=key)
+    got = channel.receive()
+    if got != answer:
+        raise RuntimeError(f"the parent answered {got!r} to {ask!r} (expected {answer!r})")
+
+
 def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.device, channel: _worker.Channel) -> dict[str, Any]:
     key, out_dir = spec["key"], spec["out_dir"]
+    admitted(channel, "need_device", "go", key)
     ns = load_task_namespace(spec["source"])
     init_inputs = list(ns["get_init_inputs"]())
     init_seed = _inputs.derive_seed(int(job["seed"]), key, "init")
@@ -153,7 +169,9 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
     if spec.get("baseline"):
         pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
         names = list(job.get("baselines") or ["eager"])
-        meta["baselines"], errors = time_baselines(model, pool, names, job, device)
+        meta["baselines"], errors = time_baselines(model, pool, names, job, device,
+                                                   alone=lambda: admitted(channel, "ready_to_time", "time", key))
+        channel.send("timed", key=key)
         if errors:
             meta["baseline_errors"] = errors
         if names[0] in meta["baselines"]:
@@ -220,25 +238,33 @@ def compiled(model: Any, pool: list[list[Any]], n_warmup: int) -> tuple[Callable
 
 
 def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dict[str, Any],
-                   device: torch.device) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+                   device: torch.device, alone: Callable[[], None] = lambda: None,
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Time the reference once per baseline name ("eager", "tf32", "compile") with the candidates' protocol.
 
-    Returns ({name: timing summary}, {name: error}): a baseline that fails (a model torch.compile cannot
-    compile) is left out with its error, and the others are still timed.
+    Every baseline is prepared first (``torch.compile`` compiles in its warm-up calls), then ``alone()`` returns
+    once the device is this process's alone, then all are timed. Returns ({name: timing summary}, {name:
+    error}): a baseline that fails (a model torch.compile cannot compile) is left out with its error, and the
+    others are still timed.
     """
     summaries: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
+    prepared: dict[str, tuple[Callable[..., Any], Callable[[], Any], dict[str, Any]]] = {}
     for name in names:
         try:
-            fn, settings, extra = model, pytorch_defaults(), {}
-            if name == "tf32":
-                settings = tf32_allowed()
-            elif name == "compile":
+            if name == "compile":
                 fn, compile_s = compiled(model, pool, int(job["timing"]["n_warmup"]))
-                extra = {"compile_s": round(compile_s, 3)}
-            elif name != "eager":
+                prepared[name] = fn, pytorch_defaults, {"compile_s": round(compile_s, 3)}
+            elif name in ("eager", "tf32"):
+                prepared[name] = model, (tf32_allowed if name == "tf32" else pytorch_defaults), {}
+            else:
                 raise ValueError(f"unknown baseline {name!r}")
-            with settings, torch.no_grad():
+        except Exception as exc:  # noqa: BLE001 - one baseline failing leaves the others and the golden data
+            errors[name] = _worker.error_text(exc, 2000)
+    alone()
+    for name, (fn, settings, extra) in prepared.items():
+        try:
+            with settings(), torch.no_grad():
                 run = timing.time_calls(
                     lambda args: fn(*args), pool, device=device, n_warmup=int(job["timing"]["n_warmup"]),
                     n_trials=int(job["timing"]["n_trials"]), budget_s=float(job["timing"]["budget_s"]),
