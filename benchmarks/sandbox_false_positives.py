@@ -102,7 +102,7 @@ def attack_jobs(backend: str) -> list[dict]:
     return out
 
 
-_DROP = {"compile_log", "log_tail", "traceback", "symbol_check", "per_set", "torch_ops", "violations", "set_names"}
+_DROP = {"compile_log", "symbol_check", "per_set", "torch_ops", "violations", "set_names"}
 
 
 def record(job: dict, r, rnd: int) -> dict:
@@ -114,7 +114,7 @@ def record(job: dict, r, rnd: int) -> dict:
         if isinstance(samples, list) and samples:
             details["timing"].update(n_samples=len(samples), min_ms=min(samples), max_ms=max(samples))
     return dict(round=rnd, kind=job["kind"], label=job["label"], task_id=job["task"].task_id, status=r.status,
-                feedback=(r.feedback or "").splitlines()[0][:400] if r.feedback else "", runtime_ms=r.runtime_ms,
+                feedback=(r.feedback or "")[:1200], runtime_ms=r.runtime_ms,
                 baseline_ms=r.baseline_ms, wall_check=r.details.get("wall_check"), timeline=r.details.get("timeline"),
                 details=details)
 
@@ -280,7 +280,7 @@ def main() -> int:
             print(f"[{rnd}] {rec['kind']:6s} {rec['label']:40s} {rec['status']:13s} "
                   f"rt={rec['runtime_ms'] if rec['runtime_ms'] is None else round(rec['runtime_ms'], 4)} "
                   f"margin={None if m is None else round(m, 2)} phases={rec['details'].get('phase_seconds')} | "
-                  f"{rec['feedback'][:150]}", flush=True)
+                  f"{rec['feedback'][:150] if rec['status'] == 'correct' else rec['feedback']}", flush=True)
         print(f"[{rnd}] batch of {len(jobs) + len(side)} in {seconds:.1f} s", flush=True)
         save()
     s = save()

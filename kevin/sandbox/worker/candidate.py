@@ -173,6 +173,10 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             flag("input_mutation", f"input set {k}: the kernel modified its input(s) {changed} in place")
         del out, outs, args
         audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
+    if device.type == "cuda":
+        # Give the device back what this process cached (the NaN prefill, the sets): it may now wait long for its
+        # timing, and dozens of processes waiting with gigabytes each left too little for the one being timed.
+        torch.cuda.empty_cache()
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
     save_file(outputs, out_path)
     shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
