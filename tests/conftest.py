@@ -1,6 +1,9 @@
 """Shared test configuration: the `gpu` marker skips where CUDA is absent; tests that share a session's compiled
 builds run in one worker under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``)."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -23,3 +26,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def with_shared_pch(tmp_path_factory):
+    """A function that makes a build cache directory whose precompiled ``<torch/extension.h>`` (CPU, ``-O3``, the
+    test extensions' flags) is the run's one copy: built once for both xdist workers (a ``flock`` lets one build
+    while the other waits), linked into every cache that asks, so the suite's C++ builds skip parsing torch's
+    headers (about half of each compile; `kevin.sandbox.build.pch`). The sandbox looks for it in
+    ``<cache>/pch`` whatever its config says; builds are byte-identical with and without it."""
+    from kevin.sandbox.build import pch
+
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kevin-shared-pch"
+    shared.mkdir(exist_ok=True)
+    pch.ensure(str(shared), "cpu", variants=(("-O3",),))
+
+    def make(cache: str | os.PathLike) -> str:
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        link = Path(cache) / "pch"
+        if not link.exists():
+            link.symlink_to(Path(pch.root(str(shared))), target_is_directory=True)
+        return str(cache)
+    return make
