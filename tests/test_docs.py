@@ -22,6 +22,7 @@ MODULES = [
     "kevin.core.policy.tiny",
     "kevin.core.eval.report",
     "kevin.core.batch",
+    "kevin.core.eval.ablation",
     "kevin.core.eval.beam",
     "kevin.core.run.cli",
     "kevin.core.run.checkpoint",
