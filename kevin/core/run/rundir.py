@@ -291,10 +291,11 @@ class RunDir:
         """The run's saved ``config.json``."""
         return json.loads((self.path / "config.json").read_text())
 
-    def trained_model(self, checkpoint: str | os.PathLike, *, device: Any) -> tuple[Any, Any]:
+    def trained_model(self, checkpoint: str | os.PathLike, *, device: Any, merge: bool = True) -> tuple[Any, Any]:
         """(model, tokenizer) of ``checkpoint``: the run's model rebuilt by `kevin.core.policy.models.load_model` from
         its ``config.json`` (LoRA-wrapped when it was trained so), the checkpoint's trained weights loaded on top and
-        LoRA merged; in eval mode, without gradients."""
+        LoRA merged (without ``merge``: the peft model, whose adapter `kevin.core.run.export` saves); in eval mode,
+        without gradients."""
         from kevin.core.policy.models import load_model
 
         saved = self.config()
@@ -307,5 +308,5 @@ class RunDir:
             raise ValueError(f"{checkpoint} lacks trained weights {missing[:3]} of the model its run's config.json "
                              "describes")
         model.load_state_dict(weights, strict=False)
-        model = model.merge_and_unload() if saved.get("lora") else model
+        model = model.merge_and_unload() if saved.get("lora") and merge else model
         return model.requires_grad_(False).eval(), tokenizer
