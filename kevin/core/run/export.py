@@ -96,8 +96,9 @@ def export_pretrained(run_or_checkpoint: str | os.PathLike, out_dir: str | os.Pa
     adapter = bool(saved.get("lora")) and not merge
     base = adapter_base(saved["model"]) if adapter else None
     if adapter and base is None:
-        raise ExportError(f"the run's base model {saved['model']!r} is built by kevin, not loaded by from_pretrained, "
-                          "so an adapter of it cannot be loaded elsewhere: export full weights with --merge (merge=True)")
+        raise ExportError(f"the run's base model {saved['model']!r} is built by kevin, not loaded by "
+                          "from_pretrained, so an adapter of it cannot be loaded elsewhere: export full weights with "
+                          "--merge (merge=True)")
     scratch = _claim(out, run, overwrite)
     try:
         model, tokenizer = run.trained_model(checkpoint, device=torch.device(device), merge=not adapter)
