@@ -42,7 +42,7 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         check_model_name(name)
-        tokenizer = AutoTokenizer.from_pretrained(name, padding_side="left")
+        tokenizer = saved_generic_tokenizer(name) or AutoTokenizer.from_pretrained(name, padding_side="left")
         tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device)
     disable_dropout(model)
@@ -53,6 +53,21 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model, tokenizer
+
+
+def saved_generic_tokenizer(name: str) -> Any | None:
+    """The tokenizer of a local directory that saved a generic one (the tiny model's, an exported starter's), read as
+    saved; None otherwise. ``AutoTokenizer`` would build the class its ``config.json``'s model type maps to (for
+    Qwen2, ``Qwen2Tokenizer``, whose pre-tokenizer splits text differently from the saved one)."""
+    import json
+
+    path = Path(name).expanduser() / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    if json.loads(path.read_text()).get("tokenizer_class") not in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return None
+    from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast.from_pretrained(name, padding_side="left")
 
 
 class ModelNameError(ValueError):

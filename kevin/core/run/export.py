@@ -16,8 +16,8 @@ Either way the tokenizer is saved with ``save_pretrained`` (its chat template in
 records the run, the checkpoint, its step and the form. The files are written beside ``out_dir`` and renamed into
 place, so ``out_dir`` is either complete or untouched.
 
-Tokenizers of kevin's own models (tiny, starter) are generic fast tokenizers: read them back with
-``PreTrainedTokenizerFast.from_pretrained(out_dir)``. transformers 5's ``AutoTokenizer`` builds its own
+Tokenizers of kevin's own models (tiny, starter) are generic fast tokenizers: `load_model(out_dir)` reads them as
+saved; elsewhere use ``PreTrainedTokenizerFast.from_pretrained(out_dir)``. transformers 5's ``AutoTokenizer`` builds its own
 ``Qwen2Tokenizer`` for any Qwen2 config, whose pre-tokenizer splits text unlike the one these were trained with.
 """
 

@@ -176,3 +176,11 @@ def test_push_creates_the_repository_and_uploads_the_folder(tmp_path, monkeypatc
     assert calls == [("create", "me/m", {"exist_ok": True}),
                      ("upload", {"repo_id": "me/m", "folder_path": str(tmp_path),
                                  "commit_message": "Export kevin-7b step_000040 (full weights)"})]
+
+
+def test_load_model_reads_an_exported_tiny_models_own_tokenizer(runs, tmp_path):
+    out = export_pretrained(runs.full, tmp_path / "out", merge=True)
+    _, exported = load_model(str(out), device=CPU)
+    _, own = load_model("tiny", device=CPU)
+    text = "__global__ void relu_kernel(const float* x, float* y, int n) { y[i] = fmaxf(x[i], 0.f); }"
+    assert exported(text)["input_ids"] == own(text)["input_ids"]  # AutoTokenizer would split it as Qwen2 does
