@@ -26,8 +26,13 @@ def main(argv: list[str]) -> str:
     a = p.parse_args(argv)
     if a.last < 1:
         raise SystemExit("--last must be >= 1")
+    for path in a.runs:
+        if not Path(path).is_dir():  # a glob such as runs/ablate/gamma_* also matches the runs' log files
+            print(f"skipping {path}: not a directory", file=sys.stderr)
     try:
-        runs = {str(path): read_run(path) for path in a.runs}
+        runs = {path: read_run(path) for path in a.runs if Path(path).is_dir()}
+        if not runs:
+            raise FileNotFoundError(f"no run directory among {a.runs}")
     except FileNotFoundError as exc:
         raise SystemExit(f"{Path(__file__).name}: {exc}") from None
     table = markdown_table(ablation_rows(runs, last=a.last))

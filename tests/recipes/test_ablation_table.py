@@ -24,3 +24,11 @@ def test_the_table_lines_up_the_runs_by_what_they_changed(tmp_path, capsys):
 def test_a_folder_that_is_no_run_stops_with_one_line(tmp_path):
     with pytest.raises(SystemExit, match="has no metrics.jsonl"):
         ablation_table.main([str(tmp_path)])
+
+
+def test_files_a_glob_matched_beside_the_runs_are_skipped(tmp_path, capsys):
+    runs = [_run(tmp_path / "g0", 0.0, [0.5]), _run(tmp_path / "g8", 0.8, [0.75])]
+    (tmp_path / "g0.log").write_text("the run's output")
+    ablation_table.main([*runs, str(tmp_path / "g0.log")])
+    captured = capsys.readouterr()
+    assert "skipping" in captured.err and len(captured.out.splitlines()) == 4  # header, rule, two runs
