@@ -219,6 +219,8 @@ def main() -> int:
                    help="dynamic: a second Sandbox with static checks and inventory off, in parallel; full: in the "
                         "honest batch itself (most are stopped by the static layer); none")
     p.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temporary directory)")
+    p.add_argument("--append", action="store_true", help="continue the records already in --out (their rounds are "
+                   "kept and counted in the summary): a count too large for one command is reached over several")
     p.add_argument("--batch-deadline", type=float, default=None, help="seconds after which a batch's unjudged "
                    "candidates are judged timeout (evaluate_many's deadline_s; default: none), so that a slow host "
                    "still returns every batch, and each record's phase seconds say where the time went")
@@ -246,6 +248,14 @@ def main() -> int:
     print(json.dumps(meta), flush=True)
     records: list[dict] = []
     batch_seconds: list[float] = []
+    first_round = 0
+    if a.append and a.out and Path(a.out).is_file():
+        earlier = json.loads(Path(a.out).read_text())
+        records = earlier["records"]
+        batch_seconds = list(earlier["summary"].get("batch_seconds") or [])
+        first_round = 1 + max((r["round"] for r in records), default=-1)
+        meta["appended_to"] = earlier.get("meta")
+        print(f"appending to {len(records)} records of {first_round} earlier rounds in {a.out}", flush=True)
 
     def save() -> dict:
         s = summarize(records, batch_seconds)
@@ -253,7 +263,7 @@ def main() -> int:
             Path(a.out).write_text(json.dumps({"meta": meta, "summary": s, "records": records}, indent=1, default=str))
         return s
 
-    for rnd in range(a.rounds):
+    for rnd in range(first_round, first_round + a.rounds):
         jobs = build_jobs(backend, rnd, nonce, n_load, a.broken, attacks_here=a.attacks == "full", repeat=a.repeat)
         side = attack_jobs(backend) if attacker is not None else []
         side_results: list = []

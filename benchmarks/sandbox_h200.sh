@@ -5,7 +5,8 @@
 # tests:    pytest -m gpu tests/sandbox, and the Py* symbols the honest builds import (for the symbol allow-list)
 # deadline: a 16-candidate batch with a hung load and a hung forward (benchmarks/sandbox_deadline.py)
 # redteam:  the CUDA attack candidates of benchmarks/redteam_cuda/ (run_attacks.py)
-# fp:       false positives under full evaluate_many load (benchmarks/sandbox_false_positives.py, $FP_ARGS)
+# fp:       false positives under full evaluate_many load (benchmarks/sandbox_false_positives.py, $FP_ARGS;
+#           FP_OUT=file with FP_ARGS="--append ..." adds rounds to an earlier run's records)
 # cost:     per-candidate cost, timing noise, ratio to do_bench (benchmarks/sandbox_gpu.py)
 # Results go to $OUT (or ./out). The build cache is shared between the parts (/tmp/kevin-h200).
 set -u
@@ -30,8 +31,10 @@ for part in "$@"; do
       timeout "$limit" python3 benchmarks/redteam_cuda/run_attacks.py --out "$OUT/redteam_cuda.json" \
         > "$OUT/redteam_cuda.log" 2>&1; echo "rc=$?" >> "$OUT/redteam_cuda.log"; tail -40 "$OUT/redteam_cuda.log" ;;
     fp)
-      timeout "$limit" python3 benchmarks/sandbox_false_positives.py --device cuda ${FP_ARGS:-} --out "$OUT/fp_cuda.json" \
-        > "$OUT/fp_cuda.log" 2>&1; echo "rc=$?" >> "$OUT/fp_cuda.log"; tail -40 "$OUT/fp_cuda.log" ;;
+      # FP_OUT with FP_ARGS="--append ...": continue the records of an earlier run kept in the tree
+      timeout "$limit" python3 benchmarks/sandbox_false_positives.py --device cuda ${FP_ARGS:-} \
+        --out "${FP_OUT:-$OUT/fp_cuda.json}" > "$OUT/fp_cuda.log" 2>&1; echo "rc=$?" >> "$OUT/fp_cuda.log"
+      [ -n "${FP_OUT:-}" ] && cp "$FP_OUT" "$OUT/fp_cuda.json"; tail -40 "$OUT/fp_cuda.log" ;;
     cost)
       timeout "$limit" python3 benchmarks/sandbox_gpu.py --phases warm,noise,dobench --cv-runs 5 --out "$OUT" \
         > "$OUT/cost.log" 2>&1; echo "rc=$?" >> "$OUT/cost.log"; tail -30 "$OUT/cost.log" ;;
