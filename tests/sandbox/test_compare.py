@@ -125,3 +125,21 @@ def test_one_percent_of_the_nonzero_elements_may_be_off_by_more_than_half():
     assert compare_tensor(out, ref, atol=1.0, rtol=1.0).ok
     out[10] = 1.6  # 11 of 1000
     assert not compare_tensor(out, ref, atol=1.0, rtol=1.0).ok
+
+
+def test_a_tensor_compared_in_chunks_uses_the_whole_tensors_rms(monkeypatch):
+    # one element per chunk; ref = [0, 100]: rms = sqrt((0 + 10000) / 2) = 70.71, so element 0's tolerance is
+    # 1e-3 * 70.71 = 0.0707 and 0.05 passes; the rms of its own chunk alone (0) would fail it
+    monkeypatch.setattr("kevin.sandbox.compare.CHUNK", 1)
+    ref = torch.tensor([0.0, 100.0], dtype=torch.float64)
+    c = compare_tensor(torch.tensor([0.05, 100.0], dtype=torch.float64), ref, atol=1e-3, rtol=1e-3)
+    assert c.ok
+    assert math.isclose(c.max_rel_error, 0.05 / 70.71068, rel_tol=1e-6)  # |d| / max(|ref|, rms)
+
+
+def test_a_nan_in_a_later_chunk_fails(monkeypatch):
+    # chunks [1, 2] and [3, 4]; the NaN in the second chunk still counts
+    monkeypatch.setattr("kevin.sandbox.compare.CHUNK", 2)
+    ref = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    c = compare_tensor(torch.tensor([1.0, 2.0, 3.0, float("nan")]), ref, atol=1e-3, rtol=1e-3)
+    assert not c.ok and "NaN/inf in 1 of 4" in c.reason

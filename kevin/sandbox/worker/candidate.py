@@ -175,7 +175,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
     if device.type == "cuda":
         # Give the device back what this process cached (the NaN prefill, the sets): it may now wait long for its
-        # timing, and dozens of processes waiting with gigabytes each left too little for the one being timed.
+        # timing, and dozens of processes waiting with gigabytes each could leave too little for the one timed.
         torch.cuda.empty_cache()
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
     save_file(outputs, out_path)
