@@ -269,12 +269,14 @@ class CandidateRun:
     # ---------------------------------------------------------------- stage 2: run and decide
     def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None, reference_ms: float | None = None,
               checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-              timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> EvalResult:
+              timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+              compare_on: str = "cpu") -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
         The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
         ``reference_ms`` (the reference's eager time per call) bounds the correctness run
-        (`SandboxConfig.checks_timeout_s`).
+        (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
+        of both sides, moved there), inside ``checks()`` when that is the timed device.
         """
         config = self.config
         marks: dict[str, float] = {}
@@ -315,11 +317,11 @@ class CandidateRun:
             self.details["violations"] = violations
             self.details["rules"] = _rules(msg)
             return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
-        # On the CPU backend the parent's comparisons run on the cores a timing is measured on: they hold the
-        # device like a correctness run, so they never overlap a timing (on CUDA they run beside it).
-        comparing = checks if self.backend == "cpu" else contextlib.nullcontext
+        # The parent's comparisons run on the device a timing is measured on (the CPU backend's cores, or the
+        # GPU): they hold it like a correctness run, so they never overlap a timing.
+        comparing = checks if self.backend == "cpu" or compare_on != "cpu" else contextlib.nullcontext
         with comparing():
-            verdict = self._compare_sets(golden)
+            verdict = self._compare_sets(golden, compare_on)
         if not verdict.ok:
             message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
             return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
@@ -359,8 +361,8 @@ class CandidateRun:
                 outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
                 if isinstance(outs, str):
                     return bad(f"a timed call's output was not recorded: {outs}")
-                c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]),
-                                            atol=config.atol, rtol=config.rtol, label="a timed call (recheck)")
+                c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]), atol=config.atol,
+                                            rtol=config.rtol, label="a timed call (recheck)", device=compare_on)
                 if not c.ok:
                     self.details["rules"] = ["dynamic/recheck"]
                     return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
@@ -380,7 +382,7 @@ class CandidateRun:
                           baseline_ms=baseline_ms, max_abs_error=verdict.max_abs_error,
                           max_rel_error=verdict.max_rel_error, details=self.details)
 
-    def _compare_sets(self, golden: _golden_run.Golden) -> compare.Comparison:
+    def _compare_sets(self, golden: _golden_run.Golden, device: str = "cpu") -> compare.Comparison:
         out_path = os.path.join(self.scratch, "outputs.safetensors")
         comparisons = []
         for k, entry in enumerate(golden.meta["sets"]):
@@ -390,7 +392,8 @@ class CandidateRun:
                 comparisons.append(compare.Comparison(False, f"{label}: {outs}"))
                 break
             refs = golden.set_outputs(f"set{k}", entry["n_outputs"])
-            comparisons.append(compare.compare_outputs(outs, refs, atol=self.config.atol, rtol=self.config.rtol, label=label))
+            comparisons.append(compare.compare_outputs(outs, refs, atol=self.config.atol, rtol=self.config.rtol,
+                                                       label=label, device=device))
             if not comparisons[-1].ok:
                 break
         self.details["per_set"] = [{"ok": c.ok, "max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error}

@@ -1,7 +1,7 @@
 """Pure comparisons of candidate outputs with golden outputs, done in the trusted parent.
 
 The parent compares plain CPU tensors it loaded itself from safetensors files (raw bytes plus a header):
-never live objects the candidate could have subclassed. ``torch`` is imported inside the functions, so
+never live objects the candidate could have subclassed (the arithmetic may run on the parent's GPU). ``torch`` is imported inside the functions, so
 ``import kevin.sandbox`` stays standard-library only.
 
 Error measure, for floating outputs, with ``s = rms(ref)`` over the elements finite in both:
@@ -51,8 +51,10 @@ def _shape(t: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in t.shape)
 
 
-def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = "output") -> Comparison:
-    """Compare one tensor with its golden value (both plain CPU tensors)."""
+def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = "output",
+                   device: str = "cpu") -> Comparison:
+    """Compare one tensor with its golden value (both plain CPU tensors; the arithmetic runs on ``device``, to
+    which chunks of both are copied: a GPU does it in milliseconds where 16 cores took tens of seconds)."""
     import torch
 
     if type(out) is not torch.Tensor:
@@ -65,7 +67,8 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
         return Comparison(True, "", 0.0, 0.0)
     if ref.is_complex():  # real and imaginary parts both count (a cast to float64 would drop the imaginary one)
         return compare_tensor(torch.view_as_real(out.resolve_conj()).contiguous(),
-                              torch.view_as_real(ref.resolve_conj()).contiguous(), atol=atol, rtol=rtol, name=name)
+                              torch.view_as_real(ref.resolve_conj()).contiguous(), atol=atol, rtol=rtol, name=name,
+                              device=device)
     if not (ref.is_floating_point() or ref.is_complex()):
         # in the tensors' own dtype: through float64, 2**53 + 1 would equal 2**53
         n_bad = int((out != ref).sum())
@@ -79,14 +82,14 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
     pairs = list(zip(out.reshape(-1).split(CHUNK), ref.reshape(-1).split(CHUNK)))
     norms, n_finite = [], 0
     for o, r in pairs:
-        _, fr, _ = _finite_pair(o, r)
+        _, fr, _ = _finite_pair(o, r, device)
         norms.append(torch.linalg.vector_norm(fr))
         n_finite += fr.numel()
     scale = float(torch.linalg.vector_norm(torch.stack(norms)) / n_finite ** 0.5) if n_finite else 0.0  # rms
     max_abs = max_rel = 0.0
     n_pattern = n_bad = n_nonzero = n_half = 0
     for o, r in pairs:
-        fo, fr, bad_pattern = _finite_pair(o, r)
+        fo, fr, bad_pattern = _finite_pair(o, r, device)
         n_pattern += bad_pattern
         if not fr.numel():
             continue
@@ -129,12 +132,12 @@ def compare_tensor(out: Any, ref: Any, *, atol: float, rtol: float, name: str = 
     return Comparison(True, "", max_abs, max_rel)
 
 
-def _finite_pair(out: Any, ref: Any) -> tuple[Any, Any, int]:
-    """(out, ref) in float64, kept where both are finite, and the count of elements whose NaN/inf pattern differs
-    (NaN against a number, inf against a number or the other inf)."""
+def _finite_pair(out: Any, ref: Any, device: str = "cpu") -> tuple[Any, Any, int]:
+    """(out, ref) in float64 on ``device``, kept where both are finite, and the count of elements whose NaN/inf
+    pattern differs (NaN against a number, inf against a number or the other inf)."""
     import torch
 
-    o, r = out.to(torch.float64), ref.to(torch.float64)
+    o, r = out.to(device).to(torch.float64), ref.to(device).to(torch.float64)
     if bool(torch.isfinite(r).all()) and bool(torch.isfinite(o).all()):  # the common case, in two passes
         return o, r, 0
     ref_nan, out_nan = torch.isnan(r), torch.isnan(o)
@@ -144,7 +147,8 @@ def _finite_pair(out: Any, ref: Any) -> tuple[Any, Any, int]:
     return o[finite], r[finite], int(bad_pattern.sum())
 
 
-def compare_outputs(outs: Sequence[Any], refs: Sequence[Any], *, atol: float, rtol: float, label: str = "") -> Comparison:
+def compare_outputs(outs: Sequence[Any], refs: Sequence[Any], *, atol: float, rtol: float, label: str = "",
+                    device: str = "cpu") -> Comparison:
     """Compare an output list with the golden list: same count, then every tensor; the first failure wins."""
     prefix = f"{label}: " if label else ""
     if len(outs) != len(refs):
@@ -152,7 +156,7 @@ def compare_outputs(outs: Sequence[Any], refs: Sequence[Any], *, atol: float, rt
     worst_abs, worst_rel = 0.0, 0.0
     for i, (o, r) in enumerate(zip(outs, refs)):
         name = f"{prefix}output {i}" if len(refs) > 1 else f"{prefix}output"
-        c = compare_tensor(o, r, atol=atol, rtol=rtol, name=name)
+        c = compare_tensor(o, r, atol=atol, rtol=rtol, name=name, device=device)
         if not c.ok:
             return c
         worst_abs = max(worst_abs, c.max_abs_error or 0.0)

@@ -101,6 +101,10 @@ class SandboxConfig:
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = a correctness run has its device alone too (the device is still handed on
     between a candidate's correctness run and its timing)"""
+    gpu_sharers: int | None = 4
+    """on the CUDA backend, at most this many processes share one GPU at once (candidates' correctness runs, golden
+    reference runs, the parent's comparisons); each may hold gigabytes (the NaN-filled allocator cache, its input
+    sets at KernelBench sizes), and dozens at once ran a 141 GB GPU out of memory. None = no limit"""
     cache_dir: str | None = None
     """compiled extensions (and baseline timings, written as a record, never read back); None = `default_cache_dir()`"""
     seed: int | None = None
@@ -135,6 +139,8 @@ class SandboxConfig:
             raise ValueError(f"baseline must be one of {BASELINES}, not {self.baseline!r}")
         if self.extra_baselines is not None and not set(self.extra_baselines) <= set(BASELINES):
             raise ValueError(f"extra_baselines must name baselines among {BASELINES}")
+        if self.gpu_sharers is not None and not (isinstance(self.gpu_sharers, int) and self.gpu_sharers >= 1):
+            raise ValueError(f"gpu_sharers must be an int >= 1 (or None), got {self.gpu_sharers!r}")
         if self.batch_deadline_s is not None and not self.batch_deadline_s > 0:
             raise ValueError("batch_deadline_s must be > 0 seconds (or None)")
         if not (self.checks_floor_s > 0 and self.checks_slowdown > 0):

@@ -131,18 +131,20 @@ class DeviceGate:
     compiling together: a correctness run is what lets a candidate queue for its timing (with the stricter rule,
     candidates waited seconds behind timings before their correctness runs could start, then the GPU idled
     while their outputs were compared).
+    ``max_shared`` caps the shared holders at once (None: no cap): on a GPU each holds device memory.
     One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
-    def __init__(self, patience_s: float = 1.0) -> None:
+    def __init__(self, patience_s: float = 1.0, max_shared: int | None = None) -> None:
         self.patience_s = patience_s
+        self.max_shared = max_shared
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
 
     def _admits_shared(self) -> bool:
-        if self._exclusive:
+        if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
         return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
 
@@ -209,9 +211,12 @@ class _DevicePool:
     CUDA is up), so it waits for that device's gate, never another's.
     """
 
-    def __init__(self, slots: Sequence[Any], backend: str):
+    def __init__(self, slots: Sequence[Any], backend: str, max_shared: int | None = None):
         self.slots = list(slots)
         self.gates = {s: device_gate(backend, "cpu" if s == "cpu" else _resolve.physical_gpu(s)) for s in self.slots}
+        if backend == "cuda" and max_shared is not None:  # a gate is the process's: the strictest Sandbox's cap
+            for gate in self.gates.values():
+                gate.max_shared = min(max_shared, gate.max_shared or max_shared)
         self._next = 0
         self._lock = threading.Lock()
 
@@ -343,7 +348,7 @@ class Sandbox:
         else:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
-        self._devices = _DevicePool(slots, self.backend)
+        self._devices = _DevicePool(slots, self.backend, self.config.gpu_sharers)
         # Candidate processes alive at once: the compiling ones plus a short queue per device.
         self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
 
@@ -461,7 +466,7 @@ class Sandbox:
                     gate = self._devices.gates[slot]
                     checks = gate.shared if self.config.parallel_checks else gate.exclusive
                     result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
-                                       reference_ms=baselines.get("eager"),
+                                       reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
                                        checks=state.within(checks, "correctness"),
                                        timing=state.within(gate.exclusive, "timing"))
                     result = dataclasses.replace(result, baselines_ms=dict(baselines))
@@ -527,6 +532,11 @@ class Sandbox:
                 self._zygote_failed = True
                 return None
             return self._zygote[0]
+
+    def _compare_device(self, slot: Any) -> str:
+        """Where the parent compares a candidate's outputs: its GPU on the CUDA backend (float64 comparisons of
+        KernelBench-size outputs took the parent's cores 30-70 s per candidate), else the CPU."""
+        return f"cuda:{slot}" if self.backend == "cuda" else "cpu"
 
     def _gpu_env(self, slot: Any) -> str | None:
         return _resolve.physical_gpu(slot) if self.backend == "cuda" else None

@@ -143,3 +143,18 @@ def test_on_the_cpu_backend_a_waiting_timing_admits_no_new_compile_or_check():
 
     assert device_gate("cpu", "cpu").patience_s == 0.0
     assert device_gate("cuda", "7").patience_s > 0.0
+
+
+def test_a_third_correctness_run_waits_when_two_may_share_the_gpu():
+    # max_shared = 2: a and b are in, c waits until one of them leaves
+    gate, log = DeviceGate(max_shared=2), []
+    a, a_in, a_go = _start(gate.shared, log, "a")
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert a_in.wait(5) and b_in.wait(5)
+    c, c_in, c_go = _start(gate.shared, log, "c")
+    assert not c_in.wait(0.3)
+    a_go.set()
+    assert c_in.wait(5)
+    b_go.set(), c_go.set()
+    a.join(5), b.join(5), c.join(5)
+    assert log.index("a out") < log.index("c in")

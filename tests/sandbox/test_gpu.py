@@ -332,3 +332,21 @@ def test_a_compile_error_under_the_light_prelude_is_retried_with_the_full_one(ca
     kinds = {(d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE): d for d in dirs}
     assert set(kinds) == {True, False}, dirs  # both preludes were tried
     assert (kinds[True] / LIGHT_FAILED).exists()
+
+
+@pytest.mark.gpu
+def test_outputs_compared_on_the_gpu_get_the_cpus_verdict():
+    import torch
+
+    from kevin.sandbox.compare import compare_tensor
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(3_000_000, generator=g)
+    near = ref + 1e-5 * torch.randn(ref.shape, generator=g)  # within 1e-3 x rms + 1e-3 x |ref|
+    far = near.clone()
+    far[::1000] += 1.0  # 3000 elements off by 1
+    for out in (near, far):
+        on_cpu = compare_tensor(out, ref, atol=1e-3, rtol=1e-3)
+        on_gpu = compare_tensor(out, ref, atol=1e-3, rtol=1e-3, device="cuda:0")
+        assert (on_gpu.ok, on_gpu.reason) == (on_cpu.ok, on_cpu.reason)
+        assert on_gpu.max_abs_error == pytest.approx(on_cpu.max_abs_error, rel=1e-12)

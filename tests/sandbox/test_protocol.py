@@ -235,6 +235,11 @@ def test_the_config_rejects_nonsense():
         SandboxConfig(n_input_sets=0)
 
 
+def test_the_config_rejects_zero_gpu_sharers():
+    with pytest.raises(ValueError, match="gpu_sharers"):
+        SandboxConfig(gpu_sharers=0)  # no process could ever run a correctness set
+
+
 def test_the_config_keeps_one_input_set_of_each_variant():
     with pytest.raises(ValueError, match="heavy-tailed"):
         SandboxConfig(n_input_sets=3)  # the fourth set is the heavy-tailed one
