@@ -63,12 +63,14 @@ def grpo_loss(
     ref_logprobs: Tensor | None = None,
     aggregation: str = "seq-mean-token-mean",
     max_response_len: int | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped GRPO surrogate with clip-higher, optional k3 KL, and a named aggregation.
 
-    Per token, with ratio ``r = exp(lp - old_lp)`` and the sequence's advantage ``A``:
+    Per token, with ratio ``r = exp(lp - old_lp)``, the sequence's advantage ``A`` and the importance weight ``w``
+    (``is_weights``, 1 without them):
 
-        l = max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high)) + kl_coef * k3
+        l = w * max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high)) + kl_coef * k3
         k3 = exp(ref_lp - lp) - (ref_lp - lp) - 1          (only when kl_coef > 0)
 
     There is no dual clip (unlike verl's default) and no clamp of the log-ratio (like TRL). Tokens whose
@@ -91,12 +93,15 @@ def grpo_loss(
         ref_logprobs: ``[B, L]`` reference-model log-probs, required when ``kl_coef > 0``.
         aggregation: one of :data:`AGGREGATIONS`.
         max_response_len: the constant of "seq-mean-token-sum-norm".
+        is_weights: ``[B, L]`` per-token weights of the policy term, no gradient: the truncated importance weights
+            of `truncated_is_weights` when another engine sampled the tokens; None: 1.
 
     Returns:
         ``(loss, stats)``: a scalar loss, and detached scalar statistics: ``loss/policy``,
         ``loss/kl`` (the k3 KL to the reference, 0 without one), ``clip/low_frac`` (share of masked
         tokens with A < 0 and r < 1 - clip_low), ``clip/high_frac`` (A > 0 and r > 1 + clip_high),
-        ``ratio/mean``, ``kl/approx_old`` (k3 estimate of KL(old || new)), ``tokens``.
+        ``ratio/mean``, ``kl/approx_old`` (k3 estimate of KL(old || new)), ``tokens``; with ``is_weights``, also
+        ``tis/weight_mean`` (their mean over masked tokens).
 
     >>> lp = torch.zeros(1, 2); old = torch.tensor([[0.0, -1.0]])  # ratios 1 and e = 2.718
     >>> loss, stats = grpo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2))
@@ -121,6 +126,9 @@ def grpo_loss(
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)  # [B, L]
+    if is_weights is not None:
+        assert is_weights.shape == (B, L), is_weights.shape
+        per_token = is_weights.detach().to(per_token.dtype) * per_token
     policy_term = per_token
 
     kl = torch.zeros_like(per_token)
@@ -154,4 +162,40 @@ def grpo_loss(
             "kl/approx_old": (((ratio - 1.0) - log_ratio) * mask).sum() / n_tok,
             "tokens": mask.sum(),
         }
+        if is_weights is not None:
+            stats["tis/weight_mean"] = (is_weights * mask).sum() / n_tok
     return loss, stats
+
+
+def truncated_is_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, *, cap: float) -> Tensor:
+    """Truncated importance-sampling weights for tokens that another engine sampled (TIS; TRL's and verl's vLLM
+    correction): ``[B, L], [B, L] -> [B, L]``, no gradient.
+
+        w = min(exp(old_lp - sampler_lp), cap)
+
+    ``old_logprobs`` are the trainer's log-probs of the tokens before the update (the policy the loss's ratio starts
+    from), ``sampler_logprobs`` those the sampler reported for the same tokens: the two differ by the engines'
+    numerics (kernels, precision), and w reweights each token's policy gradient from the sampler's distribution
+    to the trainer's; the cap bounds the variance. Padding gets whatever its values give: the loss masks it.
+
+    >>> truncated_is_weights(torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, 0.0]]), cap=2.0)  # e^1 = 2.72 > 2
+    tensor([[2.0000, 0.3679]])
+    """
+    assert old_logprobs.ndim == 2 and sampler_logprobs.shape == old_logprobs.shape, (old_logprobs.shape,
+                                                                                     sampler_logprobs.shape)
+    if cap <= 0:
+        raise ValueError(f"the importance weights' cap must be > 0, got {cap}")
+    return torch.exp(old_logprobs.detach() - sampler_logprobs.detach()).clamp(max=cap)
+
+
+def logprob_mismatch(logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Mean ``|lp - sampler_lp|`` over masked tokens (``[B, L]`` each -> scalar, no gradient): how far the trainer's
+    log-probs of the sampled tokens are from the ones the sampler reported (0 when both computed the same numbers).
+
+    >>> logprob_mismatch(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]]), torch.ones(1, 2))  # (0.5 + 0) / 2
+    tensor(0.2500)
+    """
+    assert logprobs.ndim == 2 and sampler_logprobs.shape == logprobs.shape == mask.shape
+    mask = mask.to(torch.float32)
+    diff = (logprobs.detach().float() - sampler_logprobs.detach().float()).abs()
+    return (diff * mask).sum() / mask.sum().clamp(min=1)

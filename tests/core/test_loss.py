@@ -213,3 +213,47 @@ def test_token_logprobs_never_builds_a_full_float32_vocab_tensor():
     finally:
         torch.logsumexp = orig
     assert seen and all(shape[0] <= 8 for shape in seen)
+
+
+# --- truncated importance sampling (a generator other than the trainer sampled the tokens) --------
+
+
+def test_truncated_is_weights_are_the_capped_probability_ratio():
+    from kevin.core.loss import truncated_is_weights
+
+    # old - sampler = [1, -1, 0.5]: exp -> [2.718, 0.368, 1.649]; cap 2 -> [2, 0.368, 1.649]
+    w = truncated_is_weights(torch.tensor([[0.0, -2.0, -0.5]]), torch.tensor([[-1.0, -1.0, -1.0]]), cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([[2.0, math.exp(-1), math.exp(0.5)]]), rtol=0, atol=1e-6)
+
+
+def test_truncated_is_weights_need_a_positive_cap():
+    from kevin.core.loss import truncated_is_weights
+
+    with pytest.raises(ValueError, match="cap"):
+        truncated_is_weights(torch.zeros(1, 1), torch.zeros(1, 1), cap=0.0)
+
+
+def test_is_weights_multiply_the_policy_term_per_token():
+    # ratios [1, 1], A = +1: l = [-1, -1]; weights [2, 0.5] -> [-2, -0.5]; seq-mean-token-mean: -2.5 / 2 = -1.25
+    loss, stats = _loss([1.0, 1.0], 1.0, is_weights=torch.tensor([[2.0, 0.5]], dtype=torch.float64))
+    assert loss.item() == pytest.approx(-1.25)
+    assert stats["tis/weight_mean"].item() == pytest.approx(1.25)  # (2 + 0.5) / 2
+
+
+def test_is_weights_scale_the_gradient_and_carry_none():
+    # l = -w * exp(lp - old) at lp = old: d l / d lp = -w = -3; the weights themselves get no gradient
+    lp = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
+    w = torch.tensor([[3.0]], dtype=torch.float64, requires_grad=True)
+    loss, _ = grpo_loss(lp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                        torch.ones(1, 1, dtype=torch.float64), is_weights=w)
+    loss.backward()
+    assert lp.grad.item() == pytest.approx(-3.0) and w.grad is None
+
+
+def test_logprob_mismatch_is_the_mean_absolute_difference_over_sampled_tokens():
+    from kevin.core.loss import logprob_mismatch
+
+    # |[-1, -2, -3] - [-1.5, -2, -9]| = [0.5, 0, 6]; the third token is padding: (0.5 + 0) / 2 = 0.25
+    got = logprob_mismatch(torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.5, -2.0, -9.0]]),
+                           torch.tensor([[1.0, 1.0, 0.0]]))
+    assert got.item() == pytest.approx(0.25)
