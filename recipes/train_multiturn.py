@@ -8,7 +8,7 @@ behaviour log-probs, then two gradient steps (GRPO, clip 0.2 / 0.28, no KL); 4. 
 
 How it differs from the paper (docs/method.md):
 1. The model: any Hugging Face causal LM, optionally with LoRA (the paper fully fine-tunes QwQ-32B with DeepSpeed
-   ZeRO-3 offload). Generation is transformers' own (the paper used vLLM).
+   ZeRO-3 offload). Generation is transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
 2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of both computed
    before the first step: the first step is exactly on-policy, the second slightly off.
 3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
@@ -32,16 +32,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
-from kevin.core.loss import grpo_loss
+from kevin.core.loss import grpo_loss, logprob_mismatch, truncated_is_weights
 from kevin.core.rollout import rollout
-from kevin.core.run.cli import ConfigError, check_training_config, log_to_stderr, parse_run_config
+from kevin.core.run.cli import check_training_config, parse_run_config, run_recipe
 from kevin.core.run.learner import Learner, accelerator, build_learner
 from kevin.core.run.rundir import RunConfig, RunDir
 from kevin.rewards.samples import rewarded_samples
@@ -61,8 +61,7 @@ class Config(RunConfig):
     gradient_checkpointing: bool = True
     """recompute activations in the backward pass (needed for 16k-token responses)"""
     tasks: str = "builtin"
-    """"builtin" (our suite, train split), "builtin:<name>,<name>" (those built-in tasks) or a path / datasets id for
-    kevin.data.load_tasks"""
+    """"builtin" (our suite, train split), "builtin:<name>,<name>" (those tasks), a path / datasets id (load_tasks)"""
     calibrate_tasks: bool = True
     """drop loaded (not built-in) tasks that a fake kernel passes, e.g. a constant output (kevin.sandbox.calibrate)"""
     tasks_per_step: int = 8
@@ -87,7 +86,9 @@ class Config(RunConfig):
     generation_mode: str = "auto"
     """TransformersPolicy engine: auto, generate, static, continuous"""
     release_sampling_memory: bool = True
-    """free the static KV cache and fused weights for the training phase (benchmarks/results/generation_h200.md)"""
+    """free the sampler's memory for training (benchmarks/results/generation_h200.md; vLLM: its sleep mode, if any)"""
+    generation: Literal["transformers", "vllm"] = "transformers"
+    """the sampler: TransformersPolicy (generation_mode) or vLLM, an engine per process synced after each update"""
     backend: str = "cuda"
     """sandbox backend: "cuda" kernels on this process's GPU or "cpu" C++ kernels"""
     correctness_weight: float = 0.3
@@ -111,6 +112,8 @@ class Config(RunConfig):
     """beta of the k3 KL to the initial model (paper: 0; LoRA: the adapter-disabled base)"""
     loss_aggregation: str = "seq-mean-token-mean"
     """seq-mean-token-mean (paper Eq. 1), token-mean (DAPO), seq-mean-token-sum-norm (Dr. GRPO)"""
+    tis_cap: float = 0.0
+    """truncated importance sampling: token weights min(exp(old - sampler log-prob), tis_cap) (0: off; TRL's: 3)"""
     lr: float = 2e-6
     """AdamW learning rate, constant after warm-up (blog: 2e-6)"""
     warmup_ratio: float = 0.03
@@ -143,9 +146,7 @@ PRESETS = {"starter": dict(CPU, tasks="builtin:GroupNorm,Conv2d_Multiply_Clamp_M
 def response_budget(cfg: Config, step: int) -> int:
     """max_new_tokens of RL step ``step`` (0-based): ``max_new_tokens * raise_max_new_tokens_by`` once
     ``raise_max_new_tokens_at`` steps have run (the paper's 16,384 -> 22,528 after step 30), else ``max_new_tokens``."""
-    if step >= cfg.raise_max_new_tokens_at:
-        return round(cfg.max_new_tokens * cfg.raise_max_new_tokens_by)
-    return cfg.max_new_tokens
+    return round(cfg.max_new_tokens * (cfg.raise_max_new_tokens_by if step >= cfg.raise_max_new_tokens_at else 1))
 
 
 def behaviour_logprobs(cfg: Config, lrn: Learner, mb: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -167,11 +168,13 @@ def tokens_everywhere(lrn: Learner, batch: Any) -> float:
 
 def micro_loss(cfg: Config, lrn: Learner, mb: Any, mini: Any, old: Any, ref: Any, mini_tokens: float, budget: int):
     """GRPO loss of a micro-batch times its weight w (summed over a mini-batch and averaged over processes: the
-    mini-batch's loss); ``budget``, the response budget its samples had, is Dr. GRPO's constant."""
-    lp = response_logprobs(lrn.model, mb, temperature=cfg.temperature)
+    mini-batch's loss); ``budget`` is Dr. GRPO's constant; the gap of the sampler's log-probs to ``old`` is logged."""
+    lp, sampled = response_logprobs(lrn.model, mb, temperature=cfg.temperature), mb.old_logprobs
+    tis = truncated_is_weights(old, sampled, cap=cfg.tis_cap) if cfg.tis_cap > 0 and sampled is not None else None
     loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
-                            max_response_len=budget)
+                            max_response_len=budget, is_weights=tis)
+    stats |= {"train/logp_mismatch": logprob_mismatch(old, sampled, mb.mask)} if sampled is not None else {}
     w = loss_weight(mb, mini, cfg.loss_aggregation, tokens_everywhere=mini_tokens, world=lrn.acc.num_processes)
     return loss * w, stats, w
 
@@ -213,7 +216,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    from kevin.core.policy import TransformersPolicy
+    from kevin.core.policy import TransformersPolicy, VLLMPolicy
     from kevin.data import BatchSampler, tasks_from_spec
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.calibrate import usable_tasks
@@ -229,8 +232,6 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
                         gradient_checkpointing=cfg.gradient_checkpointing, lr=cfg.lr, weight_decay=cfg.weight_decay,
                         warmup_steps=math.ceil(cfg.warmup_ratio * cfg.steps * cfg.n_minibatches),
                         kl_reference=cfg.kl_coef > 0)
-    policy = TransformersPolicy(lrn.net, lrn.tokenizer, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, mode=cfg.generation_mode)
     if not (all_tasks := tasks_from_spec(cfg.tasks)):
         raise SystemExit(f"--tasks {cfg.tasks}: no tasks loaded")
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
@@ -243,8 +244,10 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     start = run.resume(cfg.resume, **state)
     if not start:
         set_seed(cfg.seed, device_specific=True)  # each process samples differently
+    sampling = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    policy = (VLLMPolicy.from_model(lrn.net, lrn.tokenizer, **sampling) if cfg.generation == "vllm"  # after resume:
+              else TransformersPolicy(lrn.net, lrn.tokenizer, **sampling, mode=cfg.generation_mode))  # trained weights
     run.start(cfg, step=start, tracker=cfg.tracker, project=project)
-    n_params = sum(p.numel() for p in lrn.net.parameters())
 
     # ------------------------------------------------------------------ the RL loop
     for step in tqdm(range(start, cfg.steps), desc="steps", initial=start, total=cfg.steps, disable=not run.is_main):
@@ -270,11 +273,13 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
 
         # 3. update: old log-probs of every mini-batch first, then one gradient step per mini-batch
         updates = grpo_update(cfg, lrn, rewarded.samples, step)
+        if cfg.generation == "vllm":  # the engine samples the next step with the updated weights
+            policy.sync_weights(lrn.net)
         t_train = time.perf_counter()
 
         # 4. log (every process's trajectories, losses averaged over processes), checkpoint
         run.log_step(step + 1, trajectories, rewarded, updates, started=t0, rolled_out=t_rollout, trained=t_train,
-                     n_params=n_params, peak_flops=cfg.peak_flops)
+                     n_params=sum(p.numel() for p in lrn.net.parameters()), peak_flops=cfg.peak_flops)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             run.checkpoint(step + 1, keep=cfg.keep_checkpoints, **state)
         acc.wait_for_everyone()
@@ -286,14 +291,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
 
 
 def cli(argv: list[str], entry: Any = None, **recipe: Any) -> None:
-    """``entry`` (default `main`) run from a command line: log lines on stderr; a bad option or model in one line."""
-    from kevin.core.policy.models import ModelNameError
-
-    log_to_stderr()
-    try:
-        (entry or main)(argv, **recipe)
-    except (ConfigError, ModelNameError) as exc:
-        raise SystemExit(f"{Path(sys.argv[0]).name}: {exc}") from None
+    """``entry`` (default `main`) run from a command line (kevin.core.run.cli.run_recipe)."""
+    run_recipe(entry or main, argv, **recipe)
 
 
 if __name__ == "__main__":

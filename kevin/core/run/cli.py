@@ -34,7 +34,8 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["ConfigError", "parse_config", "parse_run_config", "field_docs", "check_training_config", "log_to_stderr"]
+__all__ = ["ConfigError", "parse_config", "parse_run_config", "field_docs", "check_training_config", "log_to_stderr",
+           "run_recipe"]
 
 
 class ConfigError(ValueError):
@@ -195,7 +196,8 @@ def check_training_config(cfg: Any) -> None:
 
     The reward and loss settings (``gamma``, ``reward_mode``, ``advantage_baseline``, ``clip_low`` / ``clip_high``, ``kl_coef``,
     ``loss_aggregation``) are tried on a one-sample input, so their own functions' checks apply; the counts must be
-    >= 1, ``temperature`` > 0 and ``top_p`` in (0, 1]; ``raise_max_new_tokens_by``, where ``cfg`` has it, >= 1.
+    >= 1, ``temperature`` > 0 and ``top_p`` in (0, 1]; ``raise_max_new_tokens_by``, where ``cfg`` has it, >= 1;
+    ``tis_cap``, where it has it, >= 0 (0: off).
     """
     import torch
 
@@ -222,3 +224,17 @@ def check_training_config(cfg: Any) -> None:
     factor = getattr(cfg, "raise_max_new_tokens_by", 1.0)
     if not factor >= 1:
         raise ConfigError(f"--raise_max_new_tokens_by must be >= 1 (1: never raised), got {factor}")
+    if not getattr(cfg, "tis_cap", 0.0) >= 0:
+        raise ConfigError(f"--tis_cap must be >= 0 (0: off), got {cfg.tis_cap}")
+
+
+def run_recipe(entry: Any, argv: list[str], **recipe: Any) -> None:
+    """``entry(argv, **recipe)`` run from a command line: the library's log lines on stderr; a bad option or model name
+    stops it with one line (the script's name and the message) instead of a traceback."""
+    from kevin.core.policy.models import ModelNameError
+
+    log_to_stderr()
+    try:
+        entry(argv, **recipe)
+    except (ConfigError, ModelNameError) as exc:
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {exc}") from None
