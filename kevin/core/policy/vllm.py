@@ -18,6 +18,7 @@ reports them. ``vllm`` is imported inside the methods.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -182,8 +183,8 @@ class VLLMPolicy:
 
     def sync_weights(self, model: Any, *, base: bool = False) -> None:
         """Give the engine ``model``'s current weights (after an optimizer step). A peft LoRA model: its adapter is
-        saved and served under a fresh id (the previous one is dropped); its base weights only with ``base``
-        (`from_model`: they are frozen). A full model: every weight, through the workers' ``reload_weights``.
+        saved and served under a fresh id (the previous one is dropped, files and all); its base weights only with
+        ``base`` (`from_model`: they are frozen). A full model: every weight, through the workers' ``reload_weights``.
         The prefix cache is cleared: cached prompts were computed with the old weights."""
         self._wake_up(("weights",))
         if getattr(model, "peft_config", None):
@@ -197,8 +198,9 @@ class VLLMPolicy:
             from vllm.lora.request import LoRARequest
 
             self.lora_request = LoRARequest(f"policy-{new_id}", new_id, str(path))
-            if old is not None:
+            if old is not None:  # dropped from the engine and from the disk
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
         else:
             self._reload(model.state_dict().items())
         self.llm.reset_prefix_cache()
