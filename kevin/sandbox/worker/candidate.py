@@ -173,6 +173,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             flag("input_mutation", f"input set {k}: the kernel modified its input(s) {changed} in place")
         del out, outs, args
         audit(f"input set {k}")  # after every set: an object replaced for one set and put back is still seen
+        del originals
     if device.type == "cuda":
         # Give the device back what this process cached (the NaN prefill, the sets): it may now wait long for its
         # timing, and dozens of processes waiting with gigabytes each could leave too little for the one timed.
@@ -279,16 +280,23 @@ def _same_bits(a: Any, b: Any) -> bool:
     return bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)))
 
 
-def _prefill_cuda_allocator(device: Any, max_bytes: int = 8 << 30) -> None:
-    """Fill a large block of the caching allocator with NaN and free it: stale reads see NaN (hack B5)."""
+def _prefill_cuda_allocator(device: Any, max_bytes: int = 8 << 30, block_bytes: int = 512 << 20) -> None:
+    """Fill up to ``max_bytes`` of the caching allocator with NaN and free it: stale reads see NaN (hack B5).
+
+    In blocks of ``block_bytes``, each its own segment: a tensor still alive after the correctness run (the model,
+    a workspace the kernel keeps) then pins one block's segment when the cache is emptied, not all of them, so a
+    process waiting for its timing does not hold gigabytes of the device."""
     import torch
 
     free, _ = torch.cuda.mem_get_info(device)
-    n = min(max_bytes, int(free * 0.25)) // 4
-    if n > 0:
-        block = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
-        torch.cuda.synchronize(device)
-        del block
+    left = min(max_bytes, int(free * 0.25))
+    blocks = []
+    while left >= 4:
+        n = min(block_bytes, left)
+        blocks.append(torch.full((n // 4,), float("nan"), dtype=torch.float32, device=device))
+        left -= n
+    torch.cuda.synchronize(device)
+    del blocks
 
 
 if __name__ == "__main__":
