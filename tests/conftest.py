@@ -15,6 +15,7 @@ SHARED_BUILDS = {"cache_dir": "sandbox", "full_sandbox": "sandbox", "inventory_s
                  "real_rollout": "core_sandbox"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         groups = sorted({SHARED_BUILDS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_BUILDS})
