@@ -92,6 +92,28 @@ def round_up(n: int, multiple: int) -> int:
     return max(multiple, -(-n // multiple) * multiple)
 
 
+def kv_bytes_per_token(config: object, itemsize: int) -> int:
+    """KV-cache bytes of one token of one row: 2 (K and V) x layers x KV heads x head dim x ``itemsize``.
+
+    A 7B Qwen2.5 (28 layers, 4 KV heads, head dim 128) in bf16: 2 x 28 x 4 x 128 x 2 = 57,344 bytes.
+    """
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * int(config.num_hidden_layers) * int(heads) * int(head_dim) * int(itemsize)
+
+
+def rows_in_budget(budget_bytes: int, tokens_per_row: int, bytes_per_token: int) -> int:
+    """How many rows of ``tokens_per_row`` cache slots fit in ``budget_bytes``: floor(budget / (tokens x bytes)).
+
+    40 GiB for a 7B's rows of 16,384 + 2,048 slots: 42,949,672,960 // (18,432 x 57,344) = 40.
+
+    >>> rows_in_budget(40 * 2**30, 16384 + 2048, 57344)
+    40
+    """
+    return int(budget_bytes) // (int(tokens_per_row) * int(bytes_per_token))
+
+
 def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
     """Left-pad every prompt to ``length``; returns (input_ids, attention_mask), both [B][length].
 

@@ -12,7 +12,8 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
-from kevin.core.policy.base import _THINK_TAIL, Generation, cut_at_stop, left_pad, opens_thought, round_up
+from kevin.core.policy.base import (_THINK_TAIL, Generation, cut_at_stop, kv_bytes_per_token, left_pad, opens_thought,
+                                    round_up, rows_in_budget)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,22 @@ def _logprob_recorder_class():
     return LogprobRecorder
 
 
+def cache_budget_from_free_memory(device: Any, fraction: float = 0.5) -> int | None:
+    """``fraction`` of the memory ``device`` could still give: the free bytes plus what PyTorch's allocator holds
+    unused. None off CUDA (no bound). Measured when called: a recipe calls it before every rollout, after the
+    training phase freed what it could."""
+    import torch
+
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(fraction * (free + unused))
+
+
 class TransformersPolicy:
     """A ``transformers`` causal LM (plain or ``peft``-wrapped) as a :class:`Policy`.
 
@@ -98,6 +115,10 @@ class TransformersPolicy:
             ``benchmarks/results/generation_h200.md``), ``"generate"`` elsewhere.
         batch_size: most conversations per ``generate`` call (None: all at once). In mode "static" a shorter last
             chunk is padded to the rows of the others, so the KV cache and the compiled graphs keep one shape.
+        cache_budget_bytes: the most KV cache a call may hold (None: no bound): the conversations are generated
+            in waves of as many rows as fit (`rows_in_budget`, each row sized for the longest prompt plus
+            ``max_new_tokens``; in mode "static" the cache length and a multiple of 8 rows), so a rollout of any
+            size fits; `cache_budget_from_free_memory` derives one from the free GPU memory.
         stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
@@ -126,6 +147,7 @@ class TransformersPolicy:
         top_p: float = 1.0,
         mode: str = "auto",
         batch_size: int | None = None,
+        cache_budget_bytes: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         generate_kwargs: dict[str, Any] | None = None,
@@ -151,7 +173,10 @@ class TransformersPolicy:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.mode = mode
+        if cache_budget_bytes is not None and int(cache_budget_bytes) < 1:
+            raise ValueError(f"cache_budget_bytes must be >= 1 or None (no bound), got {cache_budget_bytes}")
         self.batch_size = batch_size
+        self.cache_budget_bytes = cache_budget_bytes
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.generate_kwargs = dict(generate_kwargs or {})
         self.cache_bucket = int(cache_bucket)
@@ -224,7 +249,7 @@ class TransformersPolicy:
         if not prompts:
             return []
         mode = self.resolved_mode()
-        size = self.batch_size or len(prompts)
+        size = min(self.batch_size or len(prompts), self.rows_per_wave(prompts, mode))
         out: list[Generation] = []
         was_training = bool(getattr(self.model, "training", False))
         self.model.eval()
@@ -243,6 +268,24 @@ class TransformersPolicy:
             if was_training:
                 self.model.train()
         return out
+
+    def rows_per_wave(self, prompts: Sequence[Sequence[int]], mode: str) -> int:
+        """The most rows one call generates at once within ``cache_budget_bytes`` (all of them without a budget);
+        ValueError when not even the smallest batch of the engine fits."""
+        if self.cache_budget_bytes is None:
+            return len(prompts)
+        length = max(len(p) for p in prompts) + self.max_new_tokens
+        smallest = 1
+        if mode == "static":  # the static cache only grows, and its rows are a multiple of 8
+            length, smallest = max(self._cache_len, round_up(length, self.cache_bucket)), 8
+        per_token = kv_bytes_per_token(self.model.config, next(self.model.parameters()).element_size())
+        rows = rows_in_budget(self.cache_budget_bytes, length, per_token)
+        rows = rows // smallest * smallest
+        if rows < 1:
+            raise ValueError(f"a KV-cache budget of {self.cache_budget_bytes:,} bytes holds no batch of {smallest} "
+                             f"row(s) of {length:,} tokens ({per_token:,} bytes per token); raise it or shorten "
+                             "max_new_tokens")
+        return rows
 
     def _finish(self, prompt: Sequence[int], ids: Sequence[int], lps: Sequence[float] | None) -> Generation:
         token_ids, logprobs, stopped = cut_at_stop(ids, lps, frozenset(self.stop_token_ids))

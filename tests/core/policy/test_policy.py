@@ -660,3 +660,41 @@ def test_static_mode_samples_a_flex_attention_model_with_exact_logprobs(tok):
     model.set_attn_implementation("sdpa")
     for g in gens:
         torch.testing.assert_close(torch.tensor(g.logprobs), reference_logprobs(model, g, 0.9, 1.0), atol=1e-4, rtol=0)
+
+
+# --- memory-bounded generation --------------------------------------------------------------------------
+
+
+def test_kv_bytes_per_token_of_a_7b_qwen2_in_bf16():
+    from transformers import Qwen2Config
+
+    from kevin.core.policy.base import kv_bytes_per_token
+
+    # 28 layers, 4 KV heads, head dim 3584 / 28 = 128, 2 bytes: 2 x 28 x 4 x 128 x 2 = 57,344
+    config = Qwen2Config(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, num_hidden_layers=28)
+    assert kv_bytes_per_token(config, 2) == 57_344
+
+
+def test_a_cache_budget_generates_in_waves_that_fit_it(tok, model, monkeypatch):
+    # the tiny model: 2 x 2 layers x 2 KV heads x head dim 16 x 4 bytes = 512 bytes per token; a budget of two
+    # rows of (longest prompt + 3 new tokens) holds 2 rows, so 3 conversations take waves of 2 and 1
+    policy = TransformersPolicy(model, tok, max_new_tokens=3, stop_token_ids=(), mode="generate")
+    longest = max(len(policy.encode_conversation(c)) for c in CONVERSATIONS)
+    policy.cache_budget_bytes = 2 * (longest + 3) * 512
+    waves = []
+    real = policy._generate
+    monkeypatch.setattr(policy, "_generate", lambda chunk, **kw: waves.append(len(chunk)) or real(chunk, **kw))
+    gens = policy.generate(CONVERSATIONS)
+    assert waves == [2, 1]
+    assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in CONVERSATIONS]
+
+
+def test_a_cache_budget_that_holds_no_row_is_an_error_that_says_so(tok, model):
+    policy = TransformersPolicy(model, tok, max_new_tokens=3, cache_budget_bytes=512, mode="generate")
+    with pytest.raises(ValueError, match="holds no batch of 1 row"):  # one token's cache, rows of more
+        policy.generate(CONVERSATIONS[:1])
+
+
+def test_a_non_positive_cache_budget_is_rejected_when_the_policy_is_made(tok, model):
+    with pytest.raises(ValueError, match="cache_budget_bytes"):
+        TransformersPolicy(model, tok, cache_budget_bytes=0)
