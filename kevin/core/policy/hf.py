@@ -119,6 +119,8 @@ class TransformersPolicy:
             in waves of as many rows as fit (`rows_in_budget`, each row sized for the longest prompt plus
             ``max_new_tokens``; in mode "static" the cache length and a multiple of 8 rows), so a rollout of any
             size fits; `cache_budget_from_free_memory` derives one from the free GPU memory.
+        memory_fraction: without ``cache_budget_bytes``, the budget of each call is this share of the device's
+            memory still available when the call starts (`cache_budget_from_free_memory`; no bound off CUDA).
         stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
@@ -148,6 +150,7 @@ class TransformersPolicy:
         mode: str = "auto",
         batch_size: int | None = None,
         cache_budget_bytes: int | None = None,
+        memory_fraction: float | None = None,
         stop_token_ids: Sequence[int] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         generate_kwargs: dict[str, Any] | None = None,
@@ -176,7 +179,10 @@ class TransformersPolicy:
         if cache_budget_bytes is not None and int(cache_budget_bytes) < 1:
             raise ValueError(f"cache_budget_bytes must be >= 1 or None (no bound), got {cache_budget_bytes}")
         self.batch_size = batch_size
+        if memory_fraction is not None and not 0 < memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must be in (0, 1] or None, got {memory_fraction}")
         self.cache_budget_bytes = cache_budget_bytes
+        self.memory_fraction = memory_fraction
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.generate_kwargs = dict(generate_kwargs or {})
         self.cache_bucket = int(cache_bucket)
@@ -272,17 +278,20 @@ class TransformersPolicy:
     def rows_per_wave(self, prompts: Sequence[Sequence[int]], mode: str) -> int:
         """The most rows one call generates at once within ``cache_budget_bytes`` (all of them without a budget);
         ValueError when not even the smallest batch of the engine fits."""
-        if self.cache_budget_bytes is None:
+        budget = self.cache_budget_bytes
+        if budget is None and self.memory_fraction is not None:
+            budget = cache_budget_from_free_memory(self.device, self.memory_fraction)
+        if budget is None:
             return len(prompts)
         length = max(len(p) for p in prompts) + self.max_new_tokens
         smallest = 1
         if mode == "static":  # the static cache only grows, and its rows are a multiple of 8
             length, smallest = max(self._cache_len, round_up(length, self.cache_bucket)), 8
         per_token = kv_bytes_per_token(self.model.config, next(self.model.parameters()).element_size())
-        rows = rows_in_budget(self.cache_budget_bytes, length, per_token)
+        rows = rows_in_budget(budget, length, per_token)
         rows = rows // smallest * smallest
         if rows < 1:
-            raise ValueError(f"a KV-cache budget of {self.cache_budget_bytes:,} bytes holds no batch of {smallest} "
+            raise ValueError(f"a KV-cache budget of {budget:,} bytes holds no batch of {smallest} "
                              f"row(s) of {length:,} tokens ({per_token:,} bytes per token); raise it or shorten "
                              "max_new_tokens")
         return rows

@@ -698,3 +698,30 @@ def test_a_cache_budget_that_holds_no_row_is_an_error_that_says_so(tok, model):
 def test_a_non_positive_cache_budget_is_rejected_when_the_policy_is_made(tok, model):
     with pytest.raises(ValueError, match="cache_budget_bytes"):
         TransformersPolicy(model, tok, cache_budget_bytes=0)
+
+
+def test_a_memory_fraction_puts_no_bound_on_the_cpu(tok, model):
+    # the CPU has no allocator to ask for free memory: every row in one call
+    policy = TransformersPolicy(model, tok, max_new_tokens=3, memory_fraction=0.5, mode="generate")
+    assert policy.rows_per_wave([[1, 2]] * 5, "generate") == 5
+
+
+def test_a_memory_fraction_outside_zero_to_one_is_rejected(tok, model):
+    with pytest.raises(ValueError, match="memory_fraction"):
+        TransformersPolicy(model, tok, memory_fraction=1.5)
+
+
+@pytest.mark.gpu
+def test_a_cache_budget_on_the_gpu_gives_static_waves_of_eight_rows(tok, monkeypatch):
+    # 512 bytes per token (fp32 tiny model); the static cache is 1024 slots (one bucket): 8 rows take
+    # 8 x 1024 x 512 = 4 MiB; a budget of 12 rows' worth still gives waves of 8 (a multiple of 8): 10 -> 8 + 2
+    model = build_tiny_model(tok, seed=5).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=4, stop_token_ids=(), mode="static",
+                                cache_budget_bytes=12 * 1024 * 512)
+    waves = []
+    real = policy._generate
+    monkeypatch.setattr(policy, "_generate", lambda chunk, **kw: waves.append(len(chunk)) or real(chunk, **kw))
+    convs = (CONVERSATIONS * 4)[:10]
+    gens = policy.generate(convs)
+    assert waves == [8, 2]
+    assert [g.prompt_ids for g in gens] == [tuple(policy.encode_conversation(c)) for c in convs]
