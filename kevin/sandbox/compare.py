@@ -1,8 +1,8 @@
 """Pure comparisons of candidate outputs with golden outputs, done in the trusted parent.
 
 The parent compares plain CPU tensors it loaded itself from safetensors files (raw bytes plus a header):
-never live objects the candidate could have subclassed (the arithmetic may run on the parent's GPU). ``torch`` is imported inside the functions, so
-``import kevin.sandbox`` stays standard-library only.
+never live objects the candidate could have subclassed (the arithmetic may run on the parent's GPU). ``torch``
+is imported inside the functions, so ``import kevin.sandbox`` stays standard-library only.
 
 Error measure, for floating outputs, with ``s = rms(ref)`` over the elements finite in both:
 
