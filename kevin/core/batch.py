@@ -143,23 +143,28 @@ def micro_batches(batch: Batch, size: int, *, old_logprobs: Tensor | None = None
 
 
 def loss_weight(micro: Batch, full: Batch, aggregation: str, *, tokens_everywhere: float | None = None,
-                world: int = 1) -> float:
+                samples_everywhere: float | None = None, world: int = 1) -> float:
     """The factor that makes summed micro-batch losses equal the loss of ``full`` in one piece.
 
     Per-sequence aggregations ("seq-mean-token-mean", and "seq-mean-token-sum-norm" with a fixed
     ``max_response_len``) average over sequences: weight B_micro / B. "token-mean" averages over
     tokens: weight tokens_micro / tokens_full. Example: 3 of 4 sequences -> 0.75.
 
-    With ``world`` processes whose gradients are averaged (DDP) and as many sequences on each, the per-sequence
-    weights already give the global mean; "token-mean" over every process's tokens needs ``tokens_everywhere``,
-    the sum of ``full``'s tokens over the processes: weight world * tokens_micro / tokens_everywhere. Example: 3
-    of this process's 4 tokens, and 4 on the other of 2 processes: 2 * 3 / 8 = 0.75.
+    With ``world`` processes whose gradients are averaged (DDP, FSDP) the weights count every process's share of the
+    mini-batch: "token-mean" needs ``tokens_everywhere``, the sum of ``full``'s tokens over the processes: weight
+    world * tokens_micro / tokens_everywhere. Example: 3 of this process's 4 tokens, and 4 on the other of 2
+    processes: 2 * 3 / 8 = 0.75. The per-sequence ones take ``samples_everywhere`` likewise, which shares of
+    different sizes need: 2 of this process's 3 sequences and 1 on the other: 2 * 2 / 4 = 1 (its other sequence
+    weighs 2 * 1 / 4 = 0.5, the other process's 0.5; averaged over 2 processes each of the 4 sequences weighs 1/4).
+    Without it, every process is taken to hold as many sequences as ``full``: B_micro / B.
     """
     if aggregation == "token-mean":
         if tokens_everywhere is None:
             return float(micro.mask.sum() / full.mask.sum().clamp(min=1))
         return float(world * micro.mask.sum() / max(float(tokens_everywhere), 1.0))
-    return micro.size / full.size
+    if samples_everywhere is None:
+        return micro.size / full.size
+    return world * micro.size / max(float(samples_everywhere), 1.0)
 
 
 def response_logprobs(model: Any, batch: Batch, *, temperature: float = 1.0, chunk_size: int = 1024) -> Tensor:
