@@ -1,33 +1,79 @@
 """What a training recipe trains, set up for accelerate: the `accelerator`, and the model with its optimiser
-(`build_learner`). The update itself (old log-probs, the GRPO loss, the gradient steps) is the recipe's.
+(`build_learner`), replicated (one process, DDP) or sharded (FSDP2, from ``accelerate launch --config_file`` with
+``distributed_type: FSDP`` and ``fsdp_version: 2``: recipes/configs/accelerate/). The update itself (old log-probs,
+the GRPO loss, the gradient steps) is the recipe's.
+
+Under FSDP2 a parameter of the prepared model is a ``DTensor`` holding this process's shard; `full_parameters`
+all-gathers them for sampling, where every process runs a different number of forwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 
 def accelerator(*, bf16: bool, project_dir: str, tracker: str = "none") -> Any:
     """An ``accelerate.Accelerator``: one process per GPU (the CPU where there is none), bf16 autocast on CUDA with
-    ``bf16``, and the ``tracker`` ("none": none) for `RunDir.start`."""
+    ``bf16``, and the ``tracker`` ("none": none) for `RunDir.start`. An FSDP launch gets FSDP2 on CPU processes too
+    (`fsdp_on_cpu`); FSDP1 is refused."""
     from accelerate import Accelerator
 
     cuda = torch.cuda.is_available()
-    return Accelerator(cpu=not cuda, mixed_precision="bf16" if bf16 and cuda else "no", project_dir=project_dir,
-                       log_with=None if tracker == "none" else tracker)
+    acc = Accelerator(cpu=not cuda, mixed_precision="bf16" if bf16 and cuda else "no", project_dir=project_dir,
+                      log_with=None if tracker == "none" else tracker)
+    fsdp_on_cpu(acc)
+    if is_sharded(acc) and not acc.is_fsdp2:
+        raise SystemExit("FSDP1 is not supported: set fsdp_version: 2 (recipes/configs/accelerate/fsdp2.yaml)")
+    return acc
+
+
+def fsdp_on_cpu(acc: Any) -> bool:
+    """Put accelerate's FSDP2 plugin in place on CPU processes that were launched for FSDP (``ACCELERATE_USE_FSDP``
+    and ``FSDP_VERSION=2`` in the environment, as ``accelerate launch --config_file`` sets them); returns whether it did.
+
+    accelerate 1.16 enables FSDP only for accelerator devices (``AcceleratorState`` lists MULTI_GPU and its kin, not
+    MULTI_CPU) and otherwise runs the processes as DDP without a word; torch's FSDP2 itself runs on gloo. This is how
+    the sharded path is tested on a machine without a GPU (tests/recipes/test_fsdp.py).
+    """
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    wanted = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and os.environ.get("FSDP_VERSION") == "2"
+    if not wanted or acc.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    acc.state.fsdp_plugin = FullyShardedDataParallelPlugin()
+    acc.state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return True
+
+
+def is_sharded(acc: Any) -> bool:
+    """Whether ``acc`` shards the model (FSDP) rather than replicating it (one process, DDP)."""
+    from accelerate.utils import DistributedType
+
+    return acc.distributed_type == DistributedType.FSDP
+
+
+def local_processes(acc: Any) -> int:
+    """How many training processes run on this node (``LOCAL_WORLD_SIZE``, set by torchrun and accelerate launch;
+    else the global count): the share of this node's cores a process's sandbox may use."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", acc.num_processes))
 
 
 @dataclass
 class Learner:
-    """What one process trains: ``model`` wrapped by accelerate (DDP: the loss's forward and backward), the unwrapped
-    ``net`` (sampling, old log-probs, checkpoints), the frozen KL reference ``ref`` (a copy of the initial model of a
-    full fine-tune; None without KL, and with LoRA, whose reference is ``net`` with its adapters disabled), the
-    ``tokenizer``, the trainable ``params``, the AdamW ``optimizer`` and its warm-up ``scheduler`` (stepped once per
-    gradient step)."""
+    """What one process trains: ``model`` wrapped by accelerate (DDP: the loss's forward and backward; FSDP2: the
+    same module, sharded in place), the unwrapped ``net`` (sampling, old log-probs, checkpoints), the frozen KL
+    reference ``ref`` (a copy of the initial model of a full fine-tune; None without KL, and with LoRA, whose reference
+    is ``net`` with its adapters disabled), the ``tokenizer``, the trainable ``params`` (after preparation: FSDP2
+    replaces them by their shards), the AdamW ``optimizer`` and its warm-up ``scheduler`` (stepped once per gradient
+    step), and whether the model is ``sharded``."""
 
     acc: Any
     model: Any
@@ -37,24 +83,97 @@ class Learner:
     params: list
     optimizer: Any
     scheduler: Any
+    sharded: bool = False
+
+    def full_parameters(self) -> contextlib.AbstractContextManager:
+        """`full_parameters` of ``net``: around sampling and handing weights to vLLM."""
+        return full_parameters(self.net)
 
 
 def build_learner(acc: Any, model: str, *, seed: int, bf16: bool, lora_rank: int, gradient_checkpointing: bool,
                   lr: float, weight_decay: float, warmup_steps: int, kl_reference: bool) -> Learner:
     """The `Learner` of ``model`` (a name for `kevin.core.policy.models.load_model`; ``lora_rank`` > 0: LoRA adapters
     are trained), identical on every process (``seed``): AdamW at ``lr`` after ``warmup_steps`` of linear warm-up, then
-    constant; a frozen copy of the initial model as ``ref`` when ``kl_reference`` and no LoRA."""
+    constant; a frozen copy of the initial model as ``ref`` when ``kl_reference`` and no LoRA.
+
+    Sharded (FSDP2): every process reads the model on the host (as `load_model` gives it: fp32 for a full fine-tune;
+    transformers' own rank-0-only loading is switched off, since `load_model` moves the model after reading it), never
+    whole onto the accelerator; accelerate's FSDP2 plugin shards it there (with ``fsdp_cpu_ram_efficient_loading``:
+    from the main process's copy, the others' moved to the meta device first), keeps fp32 master weights, computes in
+    bf16 with ``bf16`` on CUDA and reduces gradients in fp32, as DDP under autocast does."""
     from accelerate.utils import set_seed
 
     from kevin.core.policy.models import load_model
 
+    sharded = is_sharded(acc)
     set_seed(seed)  # identical model init on every process
-    net, tokenizer = load_model(model, device=acc.device, seed=seed, bf16=bf16, lora_rank=lora_rank,
-                                gradient_checkpointing=gradient_checkpointing)
-    ref = copy.deepcopy(net).eval().requires_grad_(False) if kl_reference and lora_rank <= 0 else None
-    params = [p for p in net.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    with _env("FSDP_CPU_RAM_EFFICIENT_LOADING", "false"):  # transformers' meta weights would not survive `load_model`
+        net, tokenizer = load_model(model, device=torch.device("cpu") if sharded else acc.device, seed=seed, bf16=bf16,
+                                    lora_rank=lora_rank, gradient_checkpointing=gradient_checkpointing)
+    ref = copy.deepcopy(net).to(acc.device).eval().requires_grad_(False) if kl_reference and lora_rank <= 0 else None
+    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     warmup = max(1, warmup_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: min(1.0, (u + 1) / warmup))
-    wrapped, optimizer = acc.prepare(net, optimizer)  # DDP over processes; the scheduler is stepped by hand
-    return Learner(acc, wrapped, acc.unwrap_model(wrapped), ref, tokenizer, params, optimizer, scheduler)
+    if sharded:
+        _fsdp_precision(acc)
+    wrapped, optimizer = acc.prepare(net, optimizer)  # DDP or FSDP2 over processes; the scheduler is stepped by hand
+    params = [p for p in wrapped.parameters() if p.requires_grad]  # FSDP2: the shards the optimizer now holds
+    return Learner(acc, wrapped, acc.unwrap_model(wrapped), ref, tokenizer, params, optimizer, scheduler, sharded)
+
+
+def _fsdp_precision(acc: Any) -> None:
+    """Under bf16 mixed precision: bf16 compute and all-gathers, fp32 gradient reduction (accelerate's default
+    reduces in bf16, which would round the averaged gradient that clipping and AdamW see)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if acc.mixed_precision == "bf16":
+        acc.state.fsdp_plugin.mixed_precision_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                                            reduce_dtype=torch.float32)
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` inside the context (as it was after)."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = saved
+
+
+@contextlib.contextmanager
+def full_parameters(model: Any) -> Iterator[Any]:
+    """``model`` with every FSDP2 unit all-gathered and kept whole through any number of forwards, resharded after.
+
+    Sampling runs as many forwards as its longest response needs, which differs between processes: a forward that
+    all-gathers its unit would then wait forever for the others. Inside this context a forward makes no collective
+    (torch 2.13: ``FSDPModule.unshard`` registers the unsharded parameters, and a unit that does not reshard after
+    forward skips the all-gather of an unsharded group), and ``named_parameters`` gives plain full tensors (in the
+    mixed-precision param dtype: bf16 under bf16, never a full fp32 copy). A model without FSDP units is yielded as is.
+    Entering and leaving are collectives: every process must enter.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if not units:
+        yield model
+        return
+    states = [unit._get_fsdp_state() for unit in units]
+    states[0]._lazy_init()  # the root's one-time setup first (no collective), so that it is not done in here
+    saved = [(s._auto_reshard_after_forward, [g.post_forward_mesh_info for g in s._fsdp_param_groups]) for s in states]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+        unit.unshard()
+    try:
+        yield model
+    finally:
+        for state, (auto, infos) in zip(states, saved):
+            state._auto_reshard_after_forward = auto
+            for group, info in zip(state._fsdp_param_groups, infos):
+                group.post_forward_mesh_info = info
+        for unit in units:
+            unit.reshard()
