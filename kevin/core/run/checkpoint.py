@@ -12,8 +12,13 @@ atomic on POSIX). A crash or Ctrl-C mid-save leaves a hidden ``.step_*.tmp-*`` d
 untouched.
 
 Limits: states are plain nested dicts/lists/tuples of tensors and JSON scalars (what
-``optimizer.state_dict()``, ``LambdaLR.state_dict()`` and :func:`rng_state` return). Sharded
-DeepSpeed/FSDP states are not covered: use ``accelerator.save_state`` there.
+``optimizer.state_dict()``, ``LambdaLR.state_dict()`` and :func:`rng_state` return).
+
+Sharded (FSDP2) training: :func:`save_sharded_checkpoint` writes the model's and optimizer's shards with
+torch.distributed.checkpoint (every process its own files, under ``sharded/``) into the same hidden directory as
+the other states, which the main process renames into place once every process has written; it needs a filesystem
+that every process sees (one node's disk, or a shared one across nodes). :func:`load_sharded_state` reads them back
+into a model sharded over the same number of processes.
 
 >>> tensors, skeleton = flatten_state({"step": 3, "w": torch.ones(2), "betas": (0.9, 0.99)})
 >>> sorted(tensors), unflatten_state(skeleton, tensors)["betas"]
@@ -35,6 +40,7 @@ import torch
 __all__ = [
     "flatten_state", "unflatten_state", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
     "checkpoint_path", "prune_checkpoints", "rng_state", "set_rng_state", "training_state", "restore_training_state",
+    "save_sharded_checkpoint", "load_sharded_state", "load_sharded_weights", "SHARDED",
 ]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -165,14 +171,25 @@ def save_checkpoint(directory: str | os.PathLike, states: Mapping[str, Any], *, 
     Files: ``<name>.safetensors`` + ``<name>.json`` per state, then ``meta.json`` (``meta`` plus the
     state names). An existing checkpoint at ``directory`` is replaced only after the new one is complete.
     """
-    from safetensors.torch import save as st_save
-
     final = Path(directory)
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.*"):  # left by an interrupted save
-        shutil.rmtree(stale, ignore_errors=True)
+    _remove_stale(final)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     tmp.mkdir()
+    _write_states(tmp, states, meta)
+    return _commit(tmp, final)
+
+
+def _remove_stale(final: Path) -> None:
+    """Delete what an interrupted save of ``final`` left (hidden ``.<name>.*`` directories)."""
+    for stale in final.parent.glob(f".{final.name}.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _write_states(tmp: Path, states: Mapping[str, Any], meta: Mapping[str, Any] | None) -> None:
+    """``<name>.safetensors`` + ``<name>.json`` per state, then ``meta.json``, into ``tmp``, each flushed to disk."""
+    from safetensors.torch import save as st_save
+
     for name, state in states.items():
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
             raise ValueError(f"state name {name!r} must be a plain file name")
@@ -180,6 +197,10 @@ def save_checkpoint(directory: str | os.PathLike, states: Mapping[str, Any], *, 
         _write_file(tmp / f"{name}.safetensors", st_save(tensors))
         _write_file(tmp / f"{name}.json", json.dumps(skeleton).encode())
     _write_file(tmp / "meta.json", json.dumps({**dict(meta or {}), "states": list(states)}, indent=1).encode())
+
+
+def _commit(tmp: Path, final: Path) -> Path:
+    """Rename the complete ``tmp`` into ``final``, replacing an existing checkpoint only now."""
     if final.exists():
         old = final.parent / f".{final.name}.old-{os.getpid()}"
         os.replace(final, old)
@@ -226,13 +247,87 @@ def restore_training_state(state: Mapping[str, Any], *, model: Any, optimizer: A
                            rank: int = 0) -> int:
     """Load a :func:`training_state` (as read by :func:`load_checkpoint`) INTO the given objects and set this
     process's RNG state; returns the step to continue from. Raises ValueError when a trainable weight
-    of ``model`` is missing from the checkpoint (a checkpoint of another model or LoRA setting)."""
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in state["model"]]
-    if missing:
-        raise ValueError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}")
-    model.load_state_dict(state["model"], strict=False)
-    optimizer.load_state_dict(state["optimizer"])
+    of ``model`` is missing from the checkpoint (a checkpoint of another model or LoRA setting). ``model`` and
+    ``optimizer`` None: a sharded checkpoint's, which :func:`load_sharded_state` loaded."""
+    if model is not None:
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in state["model"]]
+        if missing:
+            raise ValueError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}")
+        model.load_state_dict(state["model"], strict=False)
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     sampler.load_state_dict(state["sampler"])
     set_rng_state(state["rng"][min(rank, len(state["rng"]) - 1)])
     return int(state["trainer"]["step"])
+
+
+# --------------------------------------------------------------------------- sharded (FSDP2) model and optimizer
+
+SHARDED = "sharded"
+"""The sub-directory of a checkpoint that holds the torch.distributed.checkpoint files of the model and optimizer."""
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _sharded_states(model: Any, optimizer: Any) -> dict[str, Any]:
+    """``{"model", "optimizer"}``: this process's shards of the trainable weights and of their optimizer state, keyed
+    by parameter name (torch.distributed.checkpoint.state_dict; frozen weights are rebuilt from the run's config)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optim_state = get_state_dict(model, getattr(optimizer, "optimizer", optimizer),
+                                              options=StateDictOptions(ignore_frozen_params=True))
+    return {"model": model_state, "optimizer": optim_state}
+
+
+def save_sharded_checkpoint(directory: str | os.PathLike, states: Mapping[str, Any], *, model: Any, optimizer: Any,
+                            is_main: bool, processes: int, meta: Mapping[str, Any] | None = None) -> Path:
+    """Every process: write the shards of ``model``'s trainable weights and ``optimizer``'s state (under ``sharded/``,
+    one file per process) and, from the main process (``is_main``), the other ``states`` as :func:`save_checkpoint`
+    does, all into one hidden directory renamed into place after every process has written. ``meta.json`` records
+    ``sharded`` (how many ``processes`` wrote it and which states the shards hold)."""
+    import torch.distributed.checkpoint as dcp
+
+    final = Path(directory)
+    tmp = final.parent / f".{final.name}.tmp-{SHARDED}"
+    if is_main:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(final)
+        tmp.mkdir()
+    _barrier()
+    dcp.save(_sharded_states(model, optimizer), checkpoint_id=str(tmp / SHARDED))
+    _barrier()
+    if is_main:
+        _write_states(tmp, states, {**dict(meta or {}), SHARDED: {"processes": processes,
+                                                                  "states": ["model", "optimizer"]}})
+        _commit(tmp, final)
+    _barrier()
+    return final
+
+
+def load_sharded_state(directory: str | os.PathLike, *, model: Any, optimizer: Any) -> None:
+    """Every process: read a :func:`save_sharded_checkpoint`'s shards INTO ``model`` and ``optimizer`` (sharded as when
+    saved; frozen weights are left as they are)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    state = _sharded_states(model, optimizer)
+    dcp.load(state, checkpoint_id=str(Path(directory) / SHARDED))
+    set_state_dict(model, getattr(optimizer, "optimizer", optimizer), model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"], options=StateDictOptions(ignore_frozen_params=True,
+                                                                                 strict=False))
+
+
+def load_sharded_weights(directory: str | os.PathLike, model: Any) -> dict[str, torch.Tensor]:
+    """``{name: full tensor}`` of the trainable weights of ``model`` (a plain, unsharded module, as the run built it)
+    read from a :func:`save_sharded_checkpoint` in one process (torch.distributed.checkpoint joins the shards)."""
+    import torch.distributed.checkpoint as dcp
+
+    weights = {n: torch.empty_like(p) for n, p in model.named_parameters() if p.requires_grad}
+    dcp.load({"model": weights}, checkpoint_id=str(Path(directory) / SHARDED), no_dist=True)
+    return weights

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kevin.core.eval.plots import PLOT_FILES
-from kevin.core.run.checkpoint import (checkpoint_path, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                                       restore_training_state, rng_state, save_checkpoint, training_state)
+from kevin.core.run.checkpoint import (SHARDED, checkpoint_path, latest_checkpoint, load_checkpoint,
+                                       load_sharded_state, load_sharded_weights, prune_checkpoints,
+                                       restore_training_state, rng_state, save_checkpoint, save_sharded_checkpoint,
+                                       training_state)
 from kevin.core.run.loggers import (AccelerateLogger, JsonlLogger, MultiLogger, NullLogger, drop_records_from,
                                     markdown_table, read_jsonl)
 
@@ -179,10 +181,34 @@ class RunDir:
         if where is None:
             raise SystemExit(f"--resume latest: no checkpoint under {self.checkpoints}")
         rank = 0 if self.acc is None else self.acc.process_index
-        step = restore_training_state(load_checkpoint(where), model=model, optimizer=optimizer, scheduler=scheduler,
-                                      sampler=sampler, rank=rank)
+        state = load_checkpoint(where)
+        sharded = self._check_sharding(where, state["meta"].get(SHARDED))
+        if sharded:
+            load_sharded_state(where, model=model, optimizer=optimizer)
+        step = restore_training_state(state, model=None if sharded else model, optimizer=None if sharded else optimizer,
+                                      scheduler=scheduler, sampler=sampler, rank=rank)
         self._print(f"resumed from {where} at step {step}")
         return step
+
+    def _sharded(self) -> bool:
+        """Whether this run's model is sharded (FSDP), so its checkpoints are `save_sharded_checkpoint`'s."""
+        from kevin.core.run.learner import is_sharded
+
+        return self.acc is not None and is_sharded(self.acc)
+
+    def _check_sharding(self, where: Path, sharded: dict | None) -> bool:
+        """Whether the checkpoint at ``where`` (its meta's ``sharded`` entry) is sharded; exits when this run cannot
+        resume it: a sharded one resumes with as many processes as wrote it, under FSDP; a replicated one not under
+        FSDP."""
+        world = 1 if self.acc is None else self.acc.num_processes
+        if sharded and (not self._sharded() or sharded["processes"] != world):
+            raise SystemExit(f"{where} holds model and optimizer shards of {sharded['processes']} FSDP processes: "
+                             f"resume it under FSDP with {sharded['processes']} processes (this run: {world}"
+                             f"{', FSDP' if self._sharded() else ', not sharded'})")
+        if not sharded and self._sharded():
+            raise SystemExit(f"{where} is a checkpoint of a replicated run (one process or DDP): it does not resume "
+                             "under FSDP")
+        return bool(sharded)
 
     def start(self, config: Any, *, step: int = 0, tracker: str = "none", project: str = "kevin") -> None:
         """Open the run for logging after ``step`` (0: a fresh run): write ``config.json`` (a resumed run prints the
@@ -210,15 +236,16 @@ class RunDir:
         """One record of ``metrics`` at ``step`` (the main process's; the others' are dropped)."""
         self._logger.log(metrics, step=step)
 
-    def log_step(self, step: int, trajectories: list, rewarded: Any, updates: list[dict], *, started: float,
-                 rolled_out: float, trained: float, n_params: int, peak_flops: float) -> None:
-        """Save a training step's rollout (every process's trajectories) and log its record: `metrics_dict` of the
-        rollout; each update's statistics averaged over the updates and the processes; the scores and returns
-        (``rewarded``: `kevin.rewards.samples.RewardedRollout`); samples and tokens; the seconds of generation, sandbox
-        (summed over turns), rollout and training (``started``, ``rolled_out``, ``trained``: ``time.perf_counter()``
-        readings; the slowest process's) and the throughput. Every process calls it."""
+    def log_step(self, step: int, trajectories: list, everything: list, rewarded: Any, updates: list[dict], *,
+                 started: float, rolled_out: float, trained: float, n_params: int, peak_flops: float) -> None:
+        """Save a training step's rollout (``everything``: every process's trajectories, as
+        `kevin.core.run.shards.gather_trajectories` gives them on every process) and log its record: `metrics_dict` of
+        the rollout; each update's statistics averaged over the updates and the processes; the scores and returns
+        (``rewarded``: `kevin.rewards.samples.RewardedRollout` of ``everything``); samples and tokens; the seconds of
+        generation, sandbox (summed over this process's ``trajectories``' turns), rollout and training (``started``,
+        ``rolled_out``, ``trained``: ``time.perf_counter()`` readings; the slowest process's) and the throughput. Every
+        process calls it."""
         import torch
-        from accelerate.utils import gather_object
 
         from kevin.core.eval.metrics import metrics_dict
         from kevin.rewards.telemetry import rejection_shares
@@ -228,10 +255,8 @@ class RunDir:
         seconds = acc.reduce(torch.tensor([sum(u.generation_s for t in trajectories for u in t.turns),
                                            sum(u.evaluation_s for t in trajectories for u in t.turns),
                                            rolled_out - started, trained - rolled_out], device=dev), "max").tolist()
-        tokens = acc.reduce(torch.tensor(float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rewarded.samples)),
-                                         device=dev), "sum").item()
-        scores, returns = (acc.gather(x.to(dev)).float() for x in (rewarded.scores, rewarded.returns))
-        everything = gather_object(trajectories)
+        tokens = float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rewarded.samples))
+        scores, returns = rewarded.scores.float(), rewarded.returns.float()
         self.save_rollout(everything, step)
         self.log({**metrics_dict(everything), **rejection_shares(t.result for tr in everything for t in tr.turns), **losses,
                   "reward/score_mean": scores.mean().item(), "reward/score_max": scores.max().item(),
@@ -253,12 +278,20 @@ class RunDir:
 
     def checkpoint(self, step: int, *, keep: int, model: Any, optimizer: Any, scheduler: Any, sampler: Any) -> None:
         """Save `training_state` (trainable weights, optimizer, scheduler, sampler, every process's RNG) as
-        ``checkpoints/step_<step>`` and keep the newest ``keep`` (0: all)."""
+        ``checkpoints/step_<step>`` and keep the newest ``keep`` (0: all). Under FSDP the weights and optimizer are
+        every process's shards (`save_sharded_checkpoint`)."""
         rngs = [rng_state()]
         if self.acc is not None:
             from accelerate.utils import gather_object
             rngs = gather_object(rngs)
-        if self.is_main:
+        if self._sharded():  # every process writes its shards
+            rest = {"scheduler": scheduler.state_dict(), "sampler": sampler.state_dict(), "rng": rngs,
+                    "trainer": {"step": int(step)}}
+            save_sharded_checkpoint(checkpoint_path(self.checkpoints, step), rest, model=model, optimizer=optimizer,
+                                    is_main=self.is_main, processes=self.acc.num_processes, meta={"step": step})
+            if self.is_main:
+                prune_checkpoints(self.checkpoints, keep)
+        elif self.is_main:
             state = training_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler, rngs=rngs,
                                    step=step)
             save_checkpoint(checkpoint_path(self.checkpoints, step), state, meta={"step": step})
@@ -302,7 +335,9 @@ class RunDir:
         model, tokenizer = load_model(saved["model"], device=device, seed=saved.get("seed", 0),
                                       bf16=saved.get("bf16", True),
                                       lora_rank=saved.get("lora_rank", 0) if saved.get("lora") else 0)
-        weights = load_checkpoint(checkpoint, names=["model"])["model"]
+        sharded = SHARDED in load_checkpoint(checkpoint, names=[])["meta"]
+        weights = (load_sharded_weights(checkpoint, model) if sharded
+                   else load_checkpoint(checkpoint, names=["model"])["model"])
         missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in weights]
         if missing:
             raise ValueError(f"{checkpoint} lacks trained weights {missing[:3]} of the model its run's config.json "
