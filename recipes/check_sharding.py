@@ -1,10 +1,12 @@
 """Check that sharding over processes leaves the loss alone: the loss, mean log-prob and gradient norm of one saved batch.
 
-A tool, not training: it loads a rollout that a training run saved (``<run>/rollouts/step_N.jsonl.gz``), shards its
-tasks over the processes exactly as ``recipes/train_multiturn.py`` does (task i on process i mod world), builds the
-model and computes the loss and gradient with the recipe's own functions (``behaviour_logprobs``, ``micro_loss``), over
-the whole batch as one mini-batch, and prints one JSON line per process (``debug/loss``, ``debug/logprob_mean``,
-``debug/grad_norm``, ...). Run on 1 and on N processes, the numbers must agree.
+A tool, not training: it loads a rollout that a training run saved (``<run>/rollouts/step_N.jsonl.gz``), deals its
+trajectories over the processes exactly as ``recipes/train_multiturn.py`` does (contiguous blocks,
+`kevin.core.run.shards.trajectory_share`: any number of processes), builds the model (replicated, or sharded when
+launched for FSDP2) and computes the loss and gradient with the recipe's own functions (``behaviour_logprobs``,
+``micro_loss``, `minibatches_everywhere`), over the whole batch as one mini-batch, and prints one JSON line per process
+(``debug/loss``, ``debug/logprob_mean``, ``debug/grad_norm``, ...). Run on 1 and on N processes, DDP or FSDP2, the
+numbers must agree.
 
 A random model earns nothing (every advantage 0, so a zero gradient) and group-normalised advantages make the loss
 about 0; to compare shardings on a non-zero loss, every turn scores a fixed function of its tokens, sum(ids) % 5 / 4,
@@ -15,6 +17,7 @@ Every option of the training recipe applies (the model, LoRA, the loss), plus ``
     accelerate launch --num_processes 2 recipes/check_sharding.py --model random:qwen2.5-1.5b --lora \\
         --rollout_file runs/x/rollouts/step_000001.jsonl.gz
     torchrun --nproc_per_node 2 recipes/check_sharding.py --rollout_file ...     # CPU: gloo
+    accelerate launch --config_file recipes/configs/accelerate/fsdp2.yaml recipes/check_sharding.py --rollout_file ...
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kevin.core.batch import collate, micro_batches
 from kevin.core.records import load_rollout
 from kevin.core.run.cli import parse_run_config
 from kevin.core.run.learner import accelerator, build_learner
+from kevin.core.run.shards import minibatches_everywhere, trajectory_share
 from kevin.core.split import split_trajectories
 from kevin.rewards import aggregate_rewards
 from recipes import train_multiturn as multiturn
@@ -56,29 +59,30 @@ def main(argv: list[str]) -> None:
                         gradient_checkpointing=cfg.gradient_checkpointing, lr=cfg.lr, weight_decay=cfg.weight_decay,
                         warmup_steps=math.ceil(cfg.warmup_ratio * cfg.steps * cfg.n_minibatches),
                         kl_reference=cfg.kl_coef > 0)
-    trajectories = load_rollout(cfg.rollout_file)
-    task_ids = sorted({t.task_id for t in trajectories})
-    mine = [t for t in trajectories if task_ids.index(t.task_id) % world == rank]
+    trajectories = load_rollout(cfg.rollout_file)  # task-major, B*G
+    n_tasks = len({t.task_id for t in trajectories})
+    share = trajectory_share(n_tasks, len(trajectories) // n_tasks, rank, world)
+    mine = [trajectories[b * (len(trajectories) // n_tasks) + g] for b, g in share]
     scores = torch.tensor([[sum(u.response_ids) % 5 / 4 for u in t.turns] for t in mine])  # [B*G, T]
     returns = aggregate_rewards(scores, gamma=cfg.gamma, mode=cfg.reward_mode).flatten()  # [N]
-    batch = collate(split_trajectories(mine, returns, returns), lrn.tokenizer.pad_token_id).to(acc.device)
+    samples = split_trajectories(mine, returns, returns)
+    mini = minibatches_everywhere(acc, samples, 1, seed=0, pad_id=lrn.tokenizer.pad_token_id,
+                                  micro_batch_size=cfg.micro_batch_size)[0]
 
     lrn.model.train()
     sums = torch.zeros(3, device=acc.device)  # loss, sum of token log-probs, tokens
-    micros = micro_batches(batch, cfg.micro_batch_size)
-    batch_tokens = multiturn.tokens_everywhere(lrn, batch)
-    for i, mb in enumerate(micros):
+    for i, (mb, keep) in enumerate(zip(mini.micros, mini.keep)):
         old, ref = multiturn.behaviour_logprobs(cfg, lrn, mb)
-        with acc.no_sync(lrn.model) if i < len(micros) - 1 else torch.enable_grad():
-            loss, _, _ = multiturn.micro_loss(cfg, lrn, mb, batch, mb.old_logprobs if mb.old_logprobs is not None
-                                              else old, ref, batch_tokens, cfg.max_new_tokens)
+        with acc.no_sync(lrn.model) if i < len(mini.micros) - 1 else torch.enable_grad():
+            loss, _, _ = multiturn.micro_loss(cfg, lrn, mb, mini, mb.old_logprobs if mb.old_logprobs is not None
+                                              else old, ref, cfg.max_new_tokens, keep)
             acc.backward(loss)
-        sums += torch.stack([loss.detach().float(), (old * mb.mask).sum(), mb.mask.sum()])
-    grad_norm = torch.norm(torch.stack([p.grad.float().norm() for p in lrn.params if p.grad is not None]))
+        sums += torch.stack([loss.detach().float(), keep * (old * mb.mask).sum(), keep * mb.mask.sum()])
+    grad_norm = acc.clip_grad_norm_(lrn.params, float("inf"))  # the whole gradient's norm, replicated or sharded
     loss_sum, lp_sum, n_tok = acc.reduce(sums, "sum").tolist()
-    result = {"debug/processes": world, "debug/rank": rank, "debug/tasks": sorted({t.task_id for t in mine}),
-              "debug/samples": batch.size, "debug/loss": loss_sum / world, "debug/logprob_mean": lp_sum / n_tok,
-              "debug/grad_norm": grad_norm.item()}
+    result = {"debug/processes": world, "debug/rank": rank, "debug/sharded": lrn.sharded,
+              "debug/tasks": sorted({t.task_id for t in mine}), "debug/samples": len(samples),
+              "debug/loss": loss_sum / world, "debug/logprob_mean": lp_sum / n_tok, "debug/grad_norm": grad_norm.item()}
     for r in gather_object([result]):
         acc.print(json.dumps(r))
 

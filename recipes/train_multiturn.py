@@ -7,25 +7,26 @@ S = 0.3 * correct + speedup * correct, every turn's return is the discounted sum
 behaviour log-probs, then two gradient steps (GRPO, clip 0.2 / 0.28, no KL); 4. log, checkpoint.
 
 How it differs from the paper (docs/method.md):
-1. The model: any Hugging Face causal LM, optionally with LoRA (the paper fully fine-tunes QwQ-32B with DeepSpeed
-   ZeRO-3 offload). Generation is transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
+1. The model: any Hugging Face causal LM, fully fine-tuned (as the paper's QwQ-32B) or with LoRA. Generation is transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
 2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of both computed
    before the first step: the first step is exactly on-policy, the second slightly off.
 3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
    seq-mean-token-sum-norm``; Eq. 1's token mean stays the default). lr 2e-6 constant after 3% warm-up (the blog's).
-4. Tasks are sharded across processes (one task per GPU with 8 GPUs, as in the paper); each process generates and
-   evaluates its own tasks on its own GPU; gradients are averaged by DDP.
+4. The step's trajectories are dealt over the processes in contiguous blocks (one task per GPU with 8 tasks on 8 GPUs,
+   as in the paper; any number of processes otherwise); each process generates and evaluates its own on its own GPU;
+   rewards and advantages come from the gathered rollout; gradients are averaged by DDP, or the model is sharded by
+   FSDP2 (the paper: DeepSpeed ZeRO-3, which these recipes do not run: recipes/README.md, "Sharding").
 
 Launch (``--help``: every option, with its documentation; ``--config file.yaml``: options from a file):
     python recipes/train_multiturn.py                       # CPU: the starter policy on 4 tasks, CPU sandbox
     python recipes/train_multiturn.py --model Qwen/Qwen2.5-7B-Instruct --lora --backend cuda   # one GPU
     accelerate launch --num_processes 8 recipes/train_multiturn.py --config recipes/configs/kevin-32b.yaml
+    accelerate launch --config_file recipes/configs/accelerate/fsdp2.yaml recipes/train_multiturn.py --model <id>
     ... --resume latest                                       # continue the run in --output_dir exactly
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -38,11 +39,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kevin.core.batch import collate, loss_weight, micro_batches, response_logprobs, split_minibatches
+from kevin.core.batch import loss_weight, response_logprobs
 from kevin.core.loss import grpo_loss, logprob_mismatch, truncated_is_weights
 from kevin.core.rollout import rollout
 from kevin.core.run.cli import check_training_config, parse_run_config, run_recipe
-from kevin.core.run.learner import Learner, accelerator, build_learner
+from kevin.core.run.learner import Learner, accelerator, build_learner, local_processes
+from kevin.core.run.shards import (gather_trajectories, minibatches_everywhere, own_samples, place, share_tasks,
+                                   trajectory_share)
 from kevin.core.run.rundir import RunConfig, RunDir
 from kevin.rewards.samples import rewarded_samples
 
@@ -65,7 +68,7 @@ class Config(RunConfig):
     calibrate_tasks: bool = True
     """drop loaded (not built-in) tasks that a fake kernel passes, e.g. a constant output (kevin.sandbox.calibrate)"""
     tasks_per_step: int = 8
-    """B: tasks per step (paper: 8), sharded over processes"""
+    """B: tasks per step (paper: 8); the B*G trajectories are dealt over the processes, any number of them"""
     n_trajectories: int = 16
     """G: parallel trajectories per task (paper: 16)"""
     n_turns: int = 4
@@ -161,21 +164,18 @@ def behaviour_logprobs(cfg: Config, lrn: Learner, mb: Any) -> tuple[torch.Tensor
             return old, response_logprobs(lrn.net, mb, temperature=cfg.temperature)
 
 
-def tokens_everywhere(lrn: Learner, batch: Any) -> float:
-    """A batch's response tokens summed over the processes (for the token-mean's weights)."""
-    return lrn.acc.reduce(batch.mask.sum().float(), "sum").item()
-
-
-def micro_loss(cfg: Config, lrn: Learner, mb: Any, mini: Any, old: Any, ref: Any, mini_tokens: float, budget: int):
+def micro_loss(cfg: Config, lrn: Learner, mb: Any, mini: Any, old: Any, ref: Any, budget: int, keep: float = 1.0):
     """GRPO loss of a micro-batch times its weight w (summed over a mini-batch and averaged over processes: the
-    mini-batch's loss); ``budget`` is Dr. GRPO's constant; the gap of the sampler's log-probs to ``old`` is logged."""
+    mini-batch's loss; ``mini``: its `MiniBatch`, ``keep`` 0 for padding); ``budget`` is Dr. GRPO's constant; the gap of
+    the sampler's log-probs to ``old`` is logged."""
     lp, sampled = response_logprobs(lrn.model, mb, temperature=cfg.temperature), mb.old_logprobs
     tis = truncated_is_weights(old, sampled, cap=cfg.tis_cap) if cfg.tis_cap > 0 and sampled is not None else None
     loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             kl_coef=cfg.kl_coef, ref_logprobs=ref, aggregation=cfg.loss_aggregation,
                             max_response_len=budget, is_weights=tis)
     stats |= {"train/logp_mismatch": logprob_mismatch(old, sampled, mb.mask)} if sampled is not None else {}
-    w = loss_weight(mb, mini, cfg.loss_aggregation, tokens_everywhere=mini_tokens, world=lrn.acc.num_processes)
+    w = keep * loss_weight(mb, mini.batch, cfg.loss_aggregation, tokens_everywhere=mini.tokens_everywhere,
+                           samples_everywhere=mini.samples_everywhere, world=lrn.acc.num_processes)
     return loss * w, stats, w
 
 
@@ -184,17 +184,15 @@ def grpo_update(cfg: Config, lrn: Learner, samples: list, step: int) -> list[dic
     first; gradients are accumulated over micro-batches. Returns each step's statistics."""
     acc, budget = lrn.acc, response_budget(cfg, step)
     lrn.model.train()
-    minis = []
-    for chunk in split_minibatches(samples, cfg.n_minibatches, seed=cfg.seed * 100003 + step):
-        mini = collate(chunk, lrn.tokenizer.pad_token_id).to(acc.device)
-        micros = micro_batches(mini, cfg.micro_batch_size)
-        minis.append((mini, micros, [behaviour_logprobs(cfg, lrn, mb) for mb in micros], tokens_everywhere(lrn, mini)))
+    minis = minibatches_everywhere(acc, samples, cfg.n_minibatches, seed=cfg.seed * 100003 + step,
+                                   pad_id=lrn.tokenizer.pad_token_id, micro_batch_size=cfg.micro_batch_size)
+    olds = [[behaviour_logprobs(cfg, lrn, mb) for mb in mini.micros] for mini in minis]
     updates = []
-    for mini, micros, olds, mini_tokens in minis:
+    for mini, mini_olds in zip(minis, olds):
         sums: dict[str, Any] = {}
-        for i, (mb, (old, ref)) in enumerate(zip(micros, olds)):
-            with acc.no_sync(lrn.model) if i < len(micros) - 1 else torch.enable_grad():
-                loss, stats, w = micro_loss(cfg, lrn, mb, mini, old, ref, mini_tokens, budget)
+        for i, (mb, keep, (old, ref)) in enumerate(zip(mini.micros, mini.keep, mini_olds)):
+            with acc.no_sync(lrn.model) if i < len(mini.micros) - 1 else torch.enable_grad():
+                loss, stats, w = micro_loss(cfg, lrn, mb, mini, old, ref, budget, keep)
                 acc.backward(loss)
             for k, v in [*((k, w * v.float()) for k, v in stats.items()), ("loss/total", loss.detach().float())]:
                 sums[k] = sums.get(k, 0.0) + v
@@ -224,8 +222,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     # ------------------------------------------------------------------ setup: run directory, model, tasks, sandbox
     acc = accelerator(bf16=cfg.bf16, project_dir=cfg.output_dir, tracker=cfg.tracker)
     rank, world = acc.process_index, acc.num_processes
-    if cfg.tasks_per_step % world:
-        raise SystemExit(f"--tasks_per_step {cfg.tasks_per_step} must be a multiple of the {world} processes")
+    share = trajectory_share(cfg.tasks_per_step, cfg.n_trajectories, rank, world)  # [(task, trajectory)] of a step
     run = RunDir(cfg.output_dir, acc)
     run.claim(fresh=not cfg.resume, overwrite=cfg.overwrite)  # an earlier run here: refused, or --overwrite deletes it
     lrn = build_learner(acc, cfg.model, seed=cfg.seed, bf16=cfg.bf16, lora_rank=cfg.lora_rank if cfg.lora else 0,
@@ -239,46 +236,49 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
         acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
-    sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // world)))
+    sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // local_processes(acc))))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
     start = run.resume(cfg.resume, **state)
     if not start:
         set_seed(cfg.seed, device_specific=True)  # each process samples differently
     sampling = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-    policy = (VLLMPolicy.from_model(lrn.net, lrn.tokenizer, **sampling) if cfg.generation == "vllm"  # after resume:
-              else TransformersPolicy(lrn.net, lrn.tokenizer, **sampling, mode=cfg.generation_mode))  # trained weights
+    with lrn.full_parameters():  # after resume: the trained weights (FSDP2: all-gathered)
+        policy = (VLLMPolicy.from_model(lrn.net, lrn.tokenizer, **sampling) if cfg.generation == "vllm"
+                  else TransformersPolicy(lrn.net, lrn.tokenizer, **sampling, mode=cfg.generation_mode))
     run.start(cfg, step=start, tracker=cfg.tracker, project=project)
 
     # ------------------------------------------------------------------ the RL loop
     for step in tqdm(range(start, cfg.steps), desc="steps", initial=start, total=cfg.steps, disable=not run.is_main):
         t0 = time.perf_counter()
-        tasks = sampler.next_batch()[rank::world]  # the same batch everywhere; this process's share
+        tasks = share_tasks(sampler.next_batch(), share)  # the same batch everywhere; this process's trajectories
 
         # 1. rollout: G trajectories x T turns per task, generation batched over all of them
         policy.max_new_tokens = response_budget(cfg, step)
         lrn.model.eval()
-        with acc.autocast():
-            trajectories = rollout(policy, tasks, sandbox, n_trajectories=cfg.n_trajectories, n_turns=cfg.n_turns,
+        with acc.autocast(), lrn.full_parameters():  # one trajectory per listed task
+            trajectories = rollout(policy, tasks, sandbox, n_trajectories=1, n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         freed = policy.release_memory() if cfg.release_sampling_memory else 0
         if step == start and freed:
             acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory for training (after every rollout)")
-        trajectories = [dataclasses.replace(t, task_index=rank + world * t.task_index) for t in trajectories]
+        trajectories = place(trajectories, share)
+        everything = gather_trajectories(trajectories)  # every process's, in the step's order
         t_rollout = time.perf_counter()
 
         # 2. rewards: score -> discounted returns -> advantages (per task, all G*T samples) -> one sample per turn
-        rewarded = rewarded_samples(trajectories, correctness_weight=cfg.correctness_weight,
+        rewarded = rewarded_samples(everything, correctness_weight=cfg.correctness_weight,
                                     speedup_cap=cfg.speedup_cap, gamma=cfg.gamma, mode=cfg.reward_mode,
                                     baseline=cfg.advantage_baseline, scale_by_std=cfg.scale_by_std)
 
         # 3. update: old log-probs of every mini-batch first, then one gradient step per mini-batch
-        updates = grpo_update(cfg, lrn, rewarded.samples, step)
+        updates = grpo_update(cfg, lrn, own_samples(rewarded.samples, share), step)
         if cfg.generation == "vllm":  # the engine samples the next step with the updated weights
-            policy.sync_weights(lrn.net)
+            with lrn.full_parameters():
+                policy.sync_weights(lrn.net)
         t_train = time.perf_counter()
 
         # 4. log (every process's trajectories, losses averaged over processes), checkpoint
-        run.log_step(step + 1, trajectories, rewarded, updates, started=t0, rolled_out=t_rollout, trained=t_train,
+        run.log_step(step + 1, trajectories, everything, rewarded, updates, started=t0, rolled_out=t_rollout, trained=t_train,
                      n_params=sum(p.numel() for p in lrn.net.parameters()), peak_flops=cfg.peak_flops)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             run.checkpoint(step + 1, keep=cfg.keep_checkpoints, **state)
