@@ -7,15 +7,15 @@ S = 0.3 * correct + speedup * correct, every turn's return is the discounted sum
 behaviour log-probs, then two gradient steps (GRPO, clip 0.2 / 0.28, no KL); 4. log, checkpoint.
 
 How it differs from the paper (docs/method.md):
-1. The model: any Hugging Face causal LM, fully fine-tuned (as the paper's QwQ-32B) or with LoRA. Generation is transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
+1. The model: any Hugging Face causal LM, fully fine-tuned (as the paper's QwQ-32B) or with LoRA. Generation is
+   transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
 2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of both computed
    before the first step: the first step is exactly on-policy, the second slightly off.
 3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
    seq-mean-token-sum-norm``; Eq. 1's token mean stays the default). lr 2e-6 constant after 3% warm-up (the blog's).
-4. The step's trajectories are dealt over the processes in contiguous blocks (one task per GPU with 8 tasks on 8 GPUs,
-   as in the paper; any number of processes otherwise); each process generates and evaluates its own on its own GPU;
-   rewards and advantages come from the gathered rollout; gradients are averaged by DDP, or the model is sharded by
-   FSDP2 (the paper: DeepSpeed ZeRO-3, which these recipes do not run: recipes/README.md, "Sharding").
+4. The step's trajectories are dealt over the processes in blocks (8 tasks on 8 GPUs: one task each, as in the paper;
+   any number otherwise), each generated and judged on its process's GPU; rewards come from the gathered rollout;
+   gradients are averaged (DDP), or the model is sharded (FSDP2; not the paper's DeepSpeed ZeRO-3: recipes/README.md).
 
 Launch (``--help``: every option, with its documentation; ``--config file.yaml``: options from a file):
     python recipes/train_multiturn.py                       # CPU: the starter policy on 4 tasks, CPU sandbox
@@ -236,7 +236,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
         acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
-    sandbox = Sandbox(device=device, config=SandboxConfig(workers=max(1, (os.cpu_count() or 1) // local_processes(acc))))
+    workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
+    sandbox = Sandbox(device=device, config=SandboxConfig(workers=workers))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
     start = run.resume(cfg.resume, **state)
     if not start:
@@ -278,8 +279,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         t_train = time.perf_counter()
 
         # 4. log (every process's trajectories, losses averaged over processes), checkpoint
-        run.log_step(step + 1, trajectories, everything, rewarded, updates, started=t0, rolled_out=t_rollout, trained=t_train,
-                     n_params=sum(p.numel() for p in lrn.net.parameters()), peak_flops=cfg.peak_flops)
+        run.log_step(step + 1, trajectories, everything, rewarded, updates, started=t0, rolled_out=t_rollout,
+                     trained=t_train, n_params=sum(p.numel() for p in lrn.net.parameters()), peak_flops=cfg.peak_flops)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             run.checkpoint(step + 1, keep=cfg.keep_checkpoints, **state)
         acc.wait_for_everyone()

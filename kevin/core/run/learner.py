@@ -35,7 +35,8 @@ def accelerator(*, bf16: bool, project_dir: str, tracker: str = "none") -> Any:
 
 def fsdp_on_cpu(acc: Any) -> bool:
     """Put accelerate's FSDP2 plugin in place on CPU processes that were launched for FSDP (``ACCELERATE_USE_FSDP``
-    and ``FSDP_VERSION=2`` in the environment, as ``accelerate launch --config_file`` sets them); returns whether it did.
+    and ``FSDP_VERSION=2`` in the environment, as ``accelerate launch --config_file`` sets them); returns whether it
+    did.
 
     accelerate 1.16 enables FSDP only for accelerator devices (``AcceleratorState`` lists MULTI_GPU and its kin, not
     MULTI_CPU) and otherwise runs the processes as DDP without a word; torch's FSDP2 itself runs on gloo. This is how
