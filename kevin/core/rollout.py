@@ -1,30 +1,50 @@
 """``rollout()``: the multi-turn generate -> evaluate -> refine loop of Kevin (paper section 4, Fig. 2).
 
-All G trajectories of all B tasks advance together, turn by turn. On each turn t:
+Each of the B*G trajectories runs T turns. On its turn t:
 
-1. every trajectory's prompt is built from its task and its earlier attempts (kernel, summary, sandbox
-   feedback; never the earlier thoughts) by ``build_messages``;
-2. ONE batched ``policy.generate`` call samples a response for all B*G conversations;
-3. each response is parsed; a response that failed to parse, or that hit the token limit (``truncated``),
-   is a failed turn: a ``format_error`` result with the reason as feedback, scored 0, no sandbox call;
-4. the remaining kernels go to the sandbox in ONE ``sandbox.evaluate_many`` call;
-5. the verdict's feedback becomes part of turn t+1's prompt.
+1. its prompt is built from its task and its earlier attempts (kernel, summary, sandbox feedback; never the
+   earlier thoughts) by ``build_messages``;
+2. ``policy.generate`` samples its response, in one batched call with every other trajectory whose turn is due;
+3. the response is parsed; a response that failed to parse, or that hit the token limit (``truncated``), is a
+   failed turn: a ``format_error`` result with the reason as feedback, scored 0, no sandbox call;
+4. its kernel goes to the sandbox (``sandbox.evaluate_many``);
+5. the verdict's feedback becomes part of its turn t+1 prompt.
 
 Trajectories always run all T turns (no early stop on failure or success, paper section 3.4;
 docs/method.md, "Rollout"). Scoring is not done here: a ``Turn`` keeps the raw ``EvalResult`` so that rewards can be
 computed, and recomputed with other settings, afterwards (``kevin.core.records.rescore``).
 
-Costs. ``Turn.generation_s`` is the batch's generation wall time shared out in proportion to each
-response's sampled tokens (an API's reported counts when it gives no ids; characters when some response has
-neither; evenly when all are empty):
-a long response occupied the batch longer. ``Turn.evaluation_s`` is the ``evaluate_many`` wall time
-shared evenly among the kernels that were sent (0.0 for turns that never reached the sandbox).
+Two schedules, one output (each trajectory's turns depend only on its own prompts and verdicts).
+
+- Lockstep (``chunks=1``; always with ``resample``; the default for a sandbox other than kevin's ``Sandbox``): all
+  B*G trajectories advance together, per turn ONE ``policy.generate`` over all of them, then ONE
+  ``evaluate_many`` over all the kernels.
+- Pipelined (the default with kevin's ``Sandbox``, whose candidates run in subprocesses): the trajectories are cut
+  into ``chunks`` groups of consecutive rows (one per task by default). Each kernel is its own ``evaluate_many``
+  call, made by background threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels
+  are judged in the order they were written. A group is due for its next turn once all its kernels are judged, while
+  other groups' kernels are still in the sandbox; when the policy is free, one generate call covers every group
+  that is due, unless waiting for more spares a call (`generate_now`). While kernels are in the sandbox, the
+  generate call holds the sandbox's device gates as a correctness run does, so no kernel is timed while the policy
+  uses the device. Which rows share a generate call then depends on when verdicts arrive: a policy that samples
+  from one random generator draws differently than in lockstep (the distribution of each response is the same).
+
+Costs. ``Turn.generation_s`` is its generate call's wall time shared out in proportion to each response's sampled
+tokens (an API's reported counts when it gives no ids; characters when some response has neither; evenly when all
+are empty): a long response occupied the batch longer. Generate calls never overlap, so the turns' generation
+seconds sum to the time the policy was busy. ``Turn.evaluation_s`` is the kernel's share of the sandbox's busy
+time, every moment's seconds split evenly among the kernels being judged at that moment (`busy_shares`; in
+lockstep: the batch's wall time shared evenly among its kernels, the same rule); 0.0 for a turn that never reached
+the sandbox. The turns' evaluation seconds therefore sum to the time the sandbox was busy, and with the rollout's
+wall time W: ``overlap_seconds`` = generation + evaluation - W is the time both worked at once, and
+W - generation the time the rollout waited on the sandbox alone (all of the evaluation seconds in lockstep).
 
 The output is ordered task-major, then by trajectory index: ``out[b * G + g]`` is trajectory g of task b.
 
 Beam search (``resample``, built by ``kevin.core.eval.beam.beam_resampler``): after a turn, a slot may drop its
 history and continue a copy of another slot's of the same task (``reparent``); the copied turns are marked
 ``replica`` and the dropped ones kept in ``Trajectory.pruned``, so every generated kernel is counted exactly once.
+It needs every slot's turn at once, so a rollout with ``resample`` runs in lockstep.
 """
 
 from __future__ import annotations
@@ -32,9 +52,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import sys
 import time
 from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
 from kevin.core.types import Trajectory, Turn
@@ -77,6 +99,95 @@ def share(total: float, weights: Sequence[float]) -> list[float]:
     return [total * w / s for w in weights]
 
 
+
+def chunk_bounds(n_rows: int, chunks: int) -> list[tuple[int, int]]:
+    """The ``[start, end)`` rows of ``chunks`` groups of consecutive rows of near-equal size (at most ``n_rows``).
+
+    >>> chunk_bounds(8, 4)   # 4 tasks x 2 trajectories: one task per group
+    [(0, 2), (2, 4), (4, 6), (6, 8)]
+    >>> chunk_bounds(5, 2)   # cuts at 5 * 1 // 2 = 2
+    [(0, 2), (2, 5)]
+    """
+    chunks = max(1, min(chunks, n_rows))
+    cuts = [i * n_rows // chunks for i in range(chunks + 1)]
+    return list(zip(cuts, cuts[1:]))
+
+
+def busy_shares(intervals: Sequence[tuple[float, float]]) -> list[float]:
+    """Each ``(start, end)`` interval's share of the time that any of them covers: every moment's seconds split
+    evenly among the intervals open at that moment. The shares sum to the length of the union.
+
+    >>> busy_shares([(0.0, 2.0), (1.0, 3.0)])   # [0, 1] alone: 1; [1, 2] shared: 0.5 each; [2, 3] alone: 1
+    [1.5, 1.5]
+    >>> busy_shares([(0.0, 1.0), (0.0, 1.0), (5.0, 6.0)])   # a batch of two shares its second; the gap is no one's
+    [0.5, 0.5, 1.0]
+    """
+    edges = sorted({t for interval in intervals for t in interval})
+    shares = [0.0] * len(intervals)
+    for lo, hi in zip(edges, edges[1:]):
+        open_ = [i for i, (start, end) in enumerate(intervals) if start <= lo and end >= hi]
+        for i in open_:
+            shares[i] += (hi - lo) / len(open_)
+    return shares
+
+
+def overlap_seconds(generation_s: float, evaluation_s: float, wall_s: float) -> float:
+    """Seconds in which the policy generated while the sandbox judged: generation + evaluation - wall, at least 0.
+
+    ``generation_s`` and ``evaluation_s`` are a rollout's summed ``Turn`` costs (the policy's and the sandbox's busy
+    seconds) and ``wall_s`` its wall time; ``wall_s - generation_s`` is then the time it waited on the sandbox alone.
+
+    >>> overlap_seconds(2.0, 3.0, 4.0)   # 2 + 3 busy seconds in 4 wall seconds: 1 of them both at once
+    1.0
+    """
+    return max(0.0, generation_s + evaluation_s - wall_s)
+
+
+def sandbox_drains_in(outstanding: int, slots: int, latencies: Sequence[float]) -> float | None:
+    """Estimated seconds until the sandbox has judged ``outstanding`` kernels, ``slots`` at a time:
+    ceil(outstanding / slots) rounds of the mean latency of the kernels judged so far (an overestimate: those in
+    flight have partly run). None before any kernel was judged.
+
+    >>> sandbox_drains_in(5, 2, [1.0, 3.0])   # ceil(5 / 2) = 3 rounds of 2 s
+    6.0
+    """
+    if not latencies:
+        return None
+    return math.ceil(outstanding / max(1, slots)) * sum(latencies) / len(latencies)
+
+
+def generate_now(outstanding: int, drains_in: float | None, generate_s: float | None) -> bool:
+    """Whether the pipelined rollout generates the groups that are due now, rather than wait for more to be due.
+
+    The model: a generate call takes about as long whatever its batch (decoding is bound by latency, not rows), and
+    the sandbox stays busy for ``drains_in`` seconds with the ``outstanding`` kernels. A call now that ends before
+    the sandbox runs dry (``drains_in >= generate_s``, the last call's seconds) is hidden behind it and keeps it fed;
+    one that would end later is worth less than the call it would add: waiting lets the groups still in the sandbox
+    join the same call (so with a fast sandbox the pipelined rollout makes lockstep's calls). With nothing
+    outstanding there is nothing to wait for; with nothing judged yet, no estimate, so wait.
+
+    >>> generate_now(3, drains_in=60.0, generate_s=30.0), generate_now(3, drains_in=10.0, generate_s=30.0)
+    (True, False)
+    """
+    if outstanding == 0:
+        return True
+    if drains_in is None or generate_s is None:
+        return False
+    return drains_in >= generate_s
+
+
+def default_chunks(sandbox: Any, n_tasks: int, n_trajectories: int) -> int:
+    """The default number of pipelined groups: one per task (two halves of a single task's rows) for kevin's
+    `Sandbox`, whose candidates run in subprocesses, so that its work overlaps the policy's; 1 (lockstep) for any
+    other sandbox, which may judge in this process or count on one call per turn (the synthetic sandbox of
+    ``recipes/teach_credit_assignment.py`` does)."""
+    from kevin.sandbox.sandbox import Sandbox
+
+    if not isinstance(sandbox, Sandbox):
+        return 1
+    return min(n_tasks * n_trajectories, max(n_tasks, 2))
+
+
 def rollout(
     policy: Any,
     tasks: Sequence[Any],
@@ -90,6 +201,8 @@ def rollout(
     parse_response: Callable[[str], Any] | None = None,
     progress: bool = True,
     resample: Callable[[int, list[tuple[Turn, ...]]], Sequence[int] | None] | None = None,
+    chunks: int | None = None,
+    evaluation_slots: int | None = None,
 ) -> list[Trajectory]:
     """Run G = ``n_trajectories`` trajectories of T = ``n_turns`` turns for each of the B ``tasks``.
 
@@ -109,15 +222,23 @@ def rollout(
         parse_response: ``text -> object with thought, code, summary, error``; default
             :func:`kevin.data.parse.parse_response`, which is also told whether the prompt opened the thought
             (``Generation.in_thought``), so that a response that stops without ``</think>`` has no answer.
-        progress: show a tqdm bar over turns, with the stage of the current one (a log line per turn goes to the
+        progress: show a tqdm bar over turns, with the stage of the current one (log lines go to the
             ``kevin.core.rollout`` logger either way). Without tqdm installed, no bar.
         resample: beam search. ``resample(t, histories)`` is called after every turn t (0-based) but the last,
             with the B*G histories (task-major, each a tuple of its turns); it returns [B*G] parents, slot k
             continuing slot ``parents[k]``'s history from turn t+1 on (see :func:`reparent`), or None to leave
-            them as they are. None (default): independent trajectories.
+            them as they are. None (default): independent trajectories. Runs the rollout in lockstep.
+        chunks: how many groups of consecutive trajectories (task-major rows) the pipelined schedule moves
+            independently; 1: lockstep (one generate and one ``evaluate_many`` call per turn). None (default):
+            :func:`default_chunks` (one per task with kevin's ``Sandbox``, else 1); with ``resample``, 1.
+        evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: as many as kevin's
+            ``Sandbox`` keeps alive at once (``config.workers`` plus two per device), every kernel at once for
+            another sandbox.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
-    (a policy's server gone, an interrupt) carries them as its ``trajectories``: B*G trajectories of those turns.
+    (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:
+    B*G trajectories of the turns judged so far (pipelined, some may have more turns than others). Kernels still in
+    the sandbox then are not waited for.
     """
     if build_messages is None:
         from kevin.data.prompts import build_messages
@@ -134,6 +255,11 @@ def rollout(
     tasks = list(tasks)
     if n_trajectories < 1 or n_turns < 1:
         raise ValueError(f"need n_trajectories >= 1 and n_turns >= 1, got {n_trajectories}, {n_turns}")
+    if chunks is not None and chunks < 1 or evaluation_slots is not None and evaluation_slots < 1:
+        raise ValueError(f"need chunks >= 1 and evaluation_slots >= 1, got {chunks}, {evaluation_slots}")
+    if resample is not None and chunks not in (None, 1):
+        raise ValueError(f"chunks={chunks}: beam search (resample) needs every slot's turn at once, so it runs in "
+                         "lockstep (leave chunks unset)")
     own = getattr(sandbox, "backend", None)
     if backend is None:
         backend = own or "cuda"
@@ -146,6 +272,15 @@ def rollout(
     history: list[list[Turn]] = [[] for _ in slots]
     pruned: list[list[tuple[int, Turn]]] = [[] for _ in slots]
     count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
+    if resample is not None:
+        chunks = 1
+    elif chunks is None:
+        chunks = default_chunks(sandbox, len(tasks), n_trajectories)
+    bounds = chunk_bounds(len(slots), chunks)
+
+    def prompt(k: int) -> list[dict]:
+        return build_messages(tasks[slots[k][0]], [Attempt.from_turn(turn) for turn in history[k]], backend=backend,
+                              max_prompt_tokens=max_prompt_tokens, count_tokens=count_tokens)
 
     bar, redirect = None, contextlib.ExitStack()
     if progress:
@@ -159,109 +294,267 @@ def rollout(
             if _console_handler(logging.getLogger("kevin")):  # (`kevin.core.run.cli.log_to_stderr`'s, say)
                 # its lines printed above the bar, not through it
                 redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
+    pipeline = None
+    started = time.perf_counter()
     try:
-        for t in range(n_turns):
-            conversations = [
-                build_messages(
-                    tasks[b],
-                    [Attempt.from_turn(turn) for turn in history[k]],
-                    backend=backend,
-                    max_prompt_tokens=max_prompt_tokens,
-                    count_tokens=count_tokens,
+        if len(bounds) > 1:
+            pipeline = _Pipeline(policy, sandbox, tasks, slots, history, bounds, n_turns=n_turns, prompt=prompt,
+                                 parse=parse, evaluation_slots=evaluation_slots, bar=bar)
+            pipeline.run()
+            pipeline.settle_costs()
+        else:
+            for t in range(n_turns):
+                conversations = [prompt(k) for k in range(len(slots))]
+
+                if bar is not None:
+                    bar.set_postfix_str(f"turn {t + 1}: generating {len(conversations)} responses")
+                generations, gen_s = _generate(policy, conversations)
+
+                parsed = [parse(g) for g in generations]
+                results = [_failed_verdict(g, p) for g, p in zip(generations, parsed)]
+                job_slots = [k for k, r in enumerate(results) if r is None]
+                jobs = [(tasks[slots[k][0]], parsed[k].code) for k in job_slots]
+
+                if bar is not None:
+                    bar.set_postfix_str(f"turn {t + 1}: evaluating {len(jobs)} kernels")
+                start = time.perf_counter()
+                verdicts = sandbox.evaluate_many(jobs) if jobs else []
+                eval_s = time.perf_counter() - start
+                if len(verdicts) != len(jobs):
+                    raise RuntimeError(f"sandbox returned {len(verdicts)} results for {len(jobs)} kernels")
+                for k, v in zip(job_slots, verdicts):
+                    results[k] = v
+
+                gen_costs = share(gen_s, _generation_weights(generations))
+                eval_costs = [0.0] * len(slots)
+                for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
+                    eval_costs[k] = c
+
+                for k, (g, p, r) in enumerate(zip(generations, parsed, results)):
+                    assert r is not None
+                    history[k].append(_turn(g, p, r, gen_costs[k], eval_costs[k]))
+
+                statuses = Counter(r.status for r in results if r is not None)
+                mean_tokens = sum(history[k][-1].generated_tokens for k in range(len(slots))) / len(generations)
+                logger.info(
+                    "turn %d/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels evaluated in "
+                    "%.1fs; %s",
+                    t + 1,
+                    n_turns,
+                    len(generations),
+                    mean_tokens,
+                    sum(g.truncated for g in generations),
+                    gen_s,
+                    len(jobs),
+                    eval_s,
+                    dict(sorted(statuses.items())),
                 )
-                for k, (b, _) in enumerate(slots)
-            ]
-
-            if bar is not None:
-                bar.set_postfix_str(f"turn {t + 1}: generating {len(conversations)} responses")
-            start = time.perf_counter()
-            generations = policy.generate(conversations)
-            gen_s = time.perf_counter() - start
-            if len(generations) != len(conversations):
-                raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
-
-            parsed = [parse(g) for g in generations]
-            results: list[EvalResult | None] = [None] * len(slots)
-            jobs, job_slots = [], []
-            for k, (g, p) in enumerate(zip(generations, parsed)):
-                if g.truncated:
-                    results[k] = format_error_result(p.error or "", truncated=True)
-                elif p.error is not None or p.code is None:
-                    results[k] = format_error_result(p.error or "no code found")
-                else:
-                    jobs.append((tasks[slots[k][0]], p.code))
-                    job_slots.append(k)
-
-            if bar is not None:
-                bar.set_postfix_str(f"turn {t + 1}: evaluating {len(jobs)} kernels")
-            start = time.perf_counter()
-            verdicts = sandbox.evaluate_many(jobs) if jobs else []
-            eval_s = time.perf_counter() - start
-            if len(verdicts) != len(jobs):
-                raise RuntimeError(f"sandbox returned {len(verdicts)} results for {len(jobs)} kernels")
-            for k, v in zip(job_slots, verdicts):
-                results[k] = v
-
-            gen_costs = share(gen_s, _generation_weights(generations))
-            eval_costs = [0.0] * len(slots)
-            for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
-                eval_costs[k] = c
-
-            for k, (g, p, r) in enumerate(zip(generations, parsed, results)):
-                assert r is not None
-                history[k].append(
-                    Turn(
-                        prompt_ids=tuple(g.prompt_ids),
-                        response_ids=tuple(g.token_ids),
-                        response_text=g.text,
-                        result=r,
-                        thought=p.thought,
-                        code=p.code,
-                        summary=p.summary,
-                        response_logprobs=None if g.logprobs is None else tuple(g.logprobs),
-                        truncated=g.truncated,
-                        generation_s=gen_costs[k],
-                        evaluation_s=eval_costs[k],
-                        reported_prompt_tokens=g.reported_prompt_tokens,
-                        reported_generated_tokens=g.reported_generated_tokens,
-                    )
-                )
-
-            statuses = Counter(r.status for r in results if r is not None)
-            mean_tokens = sum(history[k][-1].generated_tokens for k in range(len(slots))) / len(generations)
-            logger.info(
-                "turn %d/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels evaluated in %.1fs; %s",
-                t + 1,
-                n_turns,
-                len(generations),
-                mean_tokens,
-                sum(g.truncated for g in generations),
-                gen_s,
-                len(jobs),
-                eval_s,
-                dict(sorted(statuses.items())),
-            )
-            if resample is not None and t + 1 < n_turns:
-                parents = resample(t, [tuple(h) for h in history])
-                if parents is not None:
-                    history, pruned = reparent(history, pruned, parents, n_trajectories)
-                    moved = sum(p != k for k, p in enumerate(parents))
-                    logger.info("after turn %d: %d of %d trajectories continue another's", t + 1, moved, len(slots))
-            if bar is not None:
-                bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
-                bar.update(1)
+                if resample is not None and t + 1 < n_turns:
+                    parents = resample(t, [tuple(h) for h in history])
+                    if parents is not None:
+                        history, pruned = reparent(history, pruned, parents, n_trajectories)
+                        moved = sum(p != k for k, p in enumerate(parents))
+                        logger.info("after turn %d: %d of %d trajectories continue another's", t + 1, moved,
+                                    len(slots))
+                if bar is not None:
+                    bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
+                    bar.update(1)
     except BaseException as exc:  # nothing finished is lost: the turns done so far ride on the exception
-        if history[0]:
+        if pipeline is not None:
+            pipeline.settle_costs()
+        if any(history):
             exc.trajectories = _trajectories(tasks, slots, history, pruned)
             if hasattr(exc, "add_note"):  # (Python 3.11+)
-                exc.add_note(f"rollout: the {len(history[0])} turns finished before this are in the exception's "
-                             f".trajectories")
+                exc.add_note(f"rollout: the {sum(map(len, history))} turns judged before this are in the "
+                             "exception's .trajectories")
         raise
     finally:
         redirect.close()
         if bar is not None:
             bar.close()
-    return _trajectories(tasks, slots, history, pruned)
+    out = _trajectories(tasks, slots, history, pruned)
+    gen_total = sum(turn.generation_s for tr in out for turn in tr.turns)
+    eval_total = sum(turn.evaluation_s for tr in out for turn in tr.turns)
+    wall = time.perf_counter() - started
+    logger.info("rollout in %.1fs (%d groups): generation %.1fs, sandbox %.1fs, both at once %.1fs", wall, len(bounds),
+                gen_total, eval_total, overlap_seconds(gen_total, eval_total, wall))
+    return out
+
+
+class _Pipeline:
+    """The pipelined schedule (module docstring): groups of rows advance turn by turn on their own.
+
+    State: each group's next turn and whether it is due (all its kernels judged); each row's current turn while its
+    kernel is in the sandbox (``staged``); the futures of the kernels in the sandbox; and each judged kernel's
+    ``(start, end)`` seconds with the (row, turn) it belongs to, from which `settle_costs` shares the sandbox's
+    busy time (`busy_shares`). Turns join ``history`` a whole group at a time, in row order, so the output does not
+    depend on the order verdicts arrive in.
+    """
+
+    def __init__(self, policy: Any, sandbox: Any, tasks: list[Any], slots: list[tuple[int, int]],
+                 history: list[list[Turn]], bounds: list[tuple[int, int]], *, n_turns: int,
+                 prompt: Callable[[int], list[dict]], parse: Callable[[Any], Any], evaluation_slots: int | None,
+                 bar: Any) -> None:
+        self.policy, self.sandbox, self.tasks, self.slots, self.history = policy, sandbox, tasks, slots, history
+        self.bounds, self.n_turns, self.prompt, self.parse, self.bar = bounds, n_turns, prompt, parse, bar
+        self.gates = _device_gates(sandbox)
+        self.n_slots = evaluation_slots or _sandbox_slots(sandbox, len(self.gates)) or len(slots)
+        self.group_of = [c for c, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
+        self.next_turn = [0] * len(bounds)
+        self.due = list(range(len(bounds)))  # groups whose next turn can be generated
+        self.waiting = [0] * len(bounds)  # per group: its kernels still in the sandbox
+        self.staged: dict[int, list[Any]] = {}  # row -> [generation, parsed, verdict or None, generation seconds]
+        self.futures: dict[Future, int] = {}  # a kernel in the sandbox -> its row
+        self.intervals: list[tuple[float, float]] = []  # every judged kernel's seconds in the sandbox
+        self.judged: list[tuple[int, int]] = []  # ... and its (row, turn)
+        self.generate_s: float | None = None  # the last generate call's seconds
+        self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
+
+    def run(self) -> None:
+        try:
+            while self.due or self.futures:
+                for future in sorted((f for f in self.futures if f.done()), key=self.futures.__getitem__):
+                    self._judged(future)
+                drains = sandbox_drains_in(len(self.futures), self.n_slots, [e - s for s, e in self.intervals])
+                if self.due and generate_now(len(self.futures), drains, self.generate_s):
+                    self._generate()
+                elif self.futures:
+                    if self.bar is not None:
+                        self.bar.set_postfix_str(f"{len(self.futures)} kernels in the sandbox")
+                    wait(list(self.futures), return_when=FIRST_COMPLETED)
+        finally:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _generate(self) -> None:
+        groups, self.due = sorted(self.due), []
+        rows = [k for c in groups for k in range(*self.bounds[c])]
+        turns = sorted({self.next_turn[c] + 1 for c in groups})
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"turn {','.join(map(str, turns))}: generating {len(rows)} responses")
+        with _holding(self.gates if self.futures else []):  # no timing while the policy uses the device
+            generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows])
+        self.generate_s = seconds
+        sent = 0
+        for k, g, cost in zip(rows, generations, share(seconds, _generation_weights(generations))):
+            p = self.parse(g)
+            verdict = _failed_verdict(g, p)
+            self.staged[k] = [g, p, verdict, cost]
+            if verdict is None:
+                self.waiting[self.group_of[k]] += 1
+                self.futures[self.pool.submit(_judge_one, self.sandbox, (self.tasks[self.slots[k][0]], p.code))] = k
+                sent += 1
+        logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels to the sandbox, "
+                    "%d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
+                    sum(_generated_tokens(g) for g in generations) / len(rows), sum(g.truncated for g in generations),
+                    seconds, sent, len(self.futures))
+        for c in groups:
+            if not self.waiting[c]:
+                self._close(c)
+
+    def _judged(self, future: Future) -> None:
+        k = self.futures.pop(future)
+        verdict, start, end = future.result()  # an error raised in the sandbox's thread is raised here
+        self.staged[k][2] = verdict
+        self.intervals.append((start, end))
+        self.judged.append((k, len(self.history[k])))
+        c = self.group_of[k]
+        self.waiting[c] -= 1
+        if not self.waiting[c]:
+            self._close(c)
+
+    def _close(self, c: int) -> None:
+        """Group ``c``'s turn is judged: its rows' turns join the history, and its next turn is due."""
+        lo, hi = self.bounds[c]
+        statuses: Counter = Counter()
+        for k in range(lo, hi):
+            g, p, verdict, cost = self.staged.pop(k)
+            self.history[k].append(_turn(g, p, verdict, cost, 0.0))  # its evaluation seconds: settle_costs
+            statuses[verdict.status] += 1
+        self.next_turn[c] += 1
+        logger.info("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c], self.n_turns, lo, hi - 1,
+                    dict(sorted(statuses.items())))
+        if self.next_turn[c] < self.n_turns:
+            self.due.append(c)
+        if self.bar is not None and min(self.next_turn) > self.bar.n:
+            self.bar.update(min(self.next_turn) - self.bar.n)
+
+    def settle_costs(self) -> None:
+        """Every judged turn's ``evaluation_s``: its kernel's share of the sandbox's busy time (`busy_shares`)."""
+        for (k, t), seconds in zip(self.judged, busy_shares(self.intervals)):
+            if t < len(self.history[k]):  # (after an error, a group may not have closed its turn)
+                self.history[k][t] = dataclasses.replace(self.history[k][t], evaluation_s=seconds)
+
+
+def _generate(policy: Any, conversations: list[list[dict]]) -> tuple[list[Any], float]:
+    """One ``policy.generate`` call: its generations and its wall seconds."""
+    start = time.perf_counter()
+    generations = policy.generate(conversations)
+    seconds = time.perf_counter() - start
+    if len(generations) != len(conversations):
+        raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
+    return generations, seconds
+
+
+def _failed_verdict(generation: Any, parsed: Any) -> EvalResult | None:
+    """The ``format_error`` verdict of a truncated or unparsed response; None when its kernel goes to the sandbox."""
+    if generation.truncated:
+        return format_error_result(parsed.error or "", truncated=True)
+    if parsed.error is not None or parsed.code is None:
+        return format_error_result(parsed.error or "no code found")
+    return None
+
+
+def _judge_one(sandbox: Any, job: tuple[Any, str]) -> tuple[EvalResult, float, float]:
+    """One kernel through ``sandbox.evaluate_many`` (in a background thread): its verdict and its start and end."""
+    start = time.perf_counter()
+    verdicts = sandbox.evaluate_many([job])
+    end = time.perf_counter()
+    if len(verdicts) != 1:
+        raise RuntimeError(f"sandbox returned {len(verdicts)} results for 1 kernel")
+    return verdicts[0], start, end
+
+
+def _turn(g: Any, p: Any, r: EvalResult, generation_s: float, evaluation_s: float) -> Turn:
+    return Turn(
+        prompt_ids=tuple(g.prompt_ids),
+        response_ids=tuple(g.token_ids),
+        response_text=g.text,
+        result=r,
+        thought=p.thought,
+        code=p.code,
+        summary=p.summary,
+        response_logprobs=None if g.logprobs is None else tuple(g.logprobs),
+        truncated=g.truncated,
+        generation_s=generation_s,
+        evaluation_s=evaluation_s,
+        reported_prompt_tokens=g.reported_prompt_tokens,
+        reported_generated_tokens=g.reported_generated_tokens,
+    )
+
+
+def _generated_tokens(g: Any) -> int:
+    return len(g.token_ids) or (getattr(g, "reported_generated_tokens", None) or 0)
+
+
+def _device_gates(sandbox: Any) -> list[Any]:
+    """The `DeviceGate` of each device kevin's ``Sandbox`` judges on (none for another sandbox)."""
+    gates = getattr(getattr(sandbox, "_devices", None), "gates", None)
+    return [gates[key] for key in sorted(gates, key=str)] if isinstance(gates, dict) else []
+
+
+def _sandbox_slots(sandbox: Any, n_devices: int) -> int | None:
+    """How many candidates kevin's ``Sandbox`` keeps alive at once: its compile workers plus two per device."""
+    workers = getattr(getattr(sandbox, "config", None), "workers", None)
+    return workers + 2 * max(1, n_devices) if isinstance(workers, int) else None
+
+
+@contextlib.contextmanager
+def _holding(gates: Sequence[Any]) -> Any:
+    """Hold every gate as a correctness run does (``shared``), always in the same order: timings wait."""
+    with contextlib.ExitStack() as stack:
+        for gate in gates:
+            stack.enter_context(gate.shared())
+        yield
 
 
 def reparent(

@@ -1,15 +1,19 @@
+import dataclasses
 import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 from core_fakes import ScriptedPolicy, VerdictSandbox, char_ids, response
 
 from kevin.core.policy import Generation
-from kevin.core.rollout import TRUNCATED_FEEDBACK, format_error_result, rollout, share
+from kevin.core.rollout import TRUNCATED_FEEDBACK, format_error_result, overlap_seconds, rollout, share
 from kevin.core.split import split_trajectories
 from kevin.core.types import Turn
 from kevin.data.task import Task
+from kevin.sandbox import SandboxConfig
 from kevin.sandbox.result import EvalResult
+from kevin.sandbox.sandbox import DeviceGate, Sandbox, device_gate
 
 CODE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass  # KERNEL-MARK-{i}\n"
 
@@ -481,3 +485,232 @@ def test_reparent_refuses_parents_of_the_wrong_length():
 
     with pytest.raises(ValueError, match="1 parents for 2"):
         reparent([[], []], [[], []], [0], n_trajectories=2)
+
+
+# --- the pipelined schedule ---------------------------------------------------------------------------
+
+
+class _ByPromptPolicy:
+    """Answers each conversation from its text alone, whatever shares the call: a kernel marked with a digest of the
+    prompt and how many times that prompt was asked before (so a task's G identical first prompts get G kernels).
+    Sleeps ``sleep_s`` per call; ``calls`` keeps every call's conversations, ``spans`` its (start, end)."""
+
+    def __init__(self, sleep_s=0.0, during=None):
+        self.sleep_s, self.during = sleep_s, during
+        self.calls, self.spans, self.seen = [], [], {}
+
+    def count_tokens(self, text):
+        return len(text)
+
+    def generate(self, conversations):
+        import hashlib
+
+        start = time.perf_counter()
+        if self.during is not None:
+            self.during()
+        time.sleep(self.sleep_s)
+        self.calls.append([list(c) for c in conversations])
+        out = []
+        for messages in conversations:
+            text = _user_text(messages)
+            k = self.seen[text] = self.seen.get(text, -1) + 1
+            mark = f"{hashlib.sha1(text.encode()).hexdigest()[:8]}{k}"
+            reply = response("t", CODE.format(i=mark), f"SUMMARY-{mark}")
+            out.append(Generation(char_ids(text), char_ids(reply), tuple(-0.5 for _ in reply), reply, False))
+        self.spans.append((start, time.perf_counter()))
+        return out
+
+
+def _mark(code):
+    return code.split("KERNEL-MARK-")[1].split("\n")[0]
+
+
+def _by_mark(task, code):
+    """Correct at 2x for marks whose digest starts with a digit, else incorrect; the feedback names the mark."""
+    mark = _mark(code)
+    if mark[0].isdigit():
+        return EvalResult("correct", f"FEEDBACK-{mark}: correct", runtime_ms=0.5, baseline_ms=1.0)
+    return EvalResult("incorrect", f"FEEDBACK-{mark}: max error 0.5", max_abs_error=0.5)
+
+
+class _SleepySandbox(VerdictSandbox):
+    """``verdict`` per kernel after sleeping ``seconds(task, code)`` for each kernel of the call, then raising
+    OSError if ``fail(task)``; counts the kernels in it (``inside``)."""
+
+    def __init__(self, verdict=_by_mark, seconds=lambda task, code: 0.0, fail=lambda task: False):
+        super().__init__(verdict)
+        self.seconds, self.fail, self.inside = seconds, fail, 0
+
+    def evaluate_many(self, jobs):
+        self.inside += len(jobs)
+        try:
+            for task, code in jobs:
+                time.sleep(self.seconds(task, code))
+                if self.fail(task):
+                    raise OSError("the sandbox's worker died")
+            return super().evaluate_many(jobs)
+        finally:
+            self.inside -= len(jobs)
+
+
+def _costless(trajectories):
+    return [dataclasses.replace(tr, turns=tuple(dataclasses.replace(t, generation_s=0.0, evaluation_s=0.0)
+                                                for t in tr.turns)) for tr in trajectories]
+
+
+def test_the_pipelined_schedule_returns_what_lockstep_returns():
+    # 3 tasks x 2 trajectories x 3 turns; task 0's kernels take longest, so groups finish out of order
+    def run(chunks):
+        sandbox = _SleepySandbox(seconds=lambda task, code: 0.01 * (3 - int(task.task_id[1])))
+        return rollout(_ByPromptPolicy(), _tasks(3), sandbox, n_trajectories=2, n_turns=3, backend="cpu",
+                       progress=False, chunks=chunks)
+
+    lockstep, by_task, by_row = run(1), run(3), run(6)
+    assert _costless(by_task) == _costless(lockstep) == _costless(by_row)
+    assert len({t.response_text for tr in lockstep for t in tr.turns}) == 18  # 3 x 2 x 3 distinct kernels
+
+
+def test_a_pipelined_trajectorys_next_prompt_holds_its_own_feedback_and_no_other():
+    policy = _ByPromptPolicy()
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.01 * (2 - int(task.task_id[1])))
+    trajs = rollout(policy, _tasks(2), sandbox, n_trajectories=2, n_turns=2, backend="cpu", progress=False, chunks=2)
+    for tr in trajs:
+        first, second = tr.turns
+        prompt = "".join(map(chr, second.prompt_ids))  # (one id per character)
+        assert f"FEEDBACK-{_mark(first.code)}" in prompt
+        others = [_mark(o.turns[0].code) for o in trajs if o is not tr]
+        assert not any(f"FEEDBACK-{m}" in prompt for m in others)
+
+
+def test_pipelined_generation_overlaps_a_busy_sandbox():
+    # 3 tasks x 1 trajectory x 2 turns; a call to the policy sleeps 0.2 s, the sandbox judges one kernel at a time
+    # (evaluation_slots=1) in 0.2 s each. Lockstep: per turn 0.2 + 3 * 0.2 = 0.8 s, so 1.6 s.
+    # Pipelined: turn 1 of all [0, 0.2]; kernels k0 [0.2, 0.4], k1 [0.4, 0.6], k2 [0.6, 0.8]; at 0.4 group 0 is due
+    # and the sandbox has 2 kernels left (0.4 s >= a 0.2 s call): turn 2 of group 0 [0.4, 0.6], its kernel queued
+    # after k2 [0.8, 1.0]; group 1 [0.6, 0.8] -> [1.0, 1.2]; group 2 [0.8, 1.0] -> [1.2, 1.4]. Wall 1.4 s; the
+    # policy busy 4 * 0.2 = 0.8 s, the sandbox 6 * 0.2 = 1.2 s: both at once 0.8 + 1.2 - 1.4 = 0.6 s.
+    policy = _ByPromptPolicy(sleep_s=0.2)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.2)
+    start = time.perf_counter()
+    trajs = rollout(policy, _tasks(3), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False,
+                    chunks=3, evaluation_slots=1)
+    wall = time.perf_counter() - start
+    generation = sum(t.generation_s for tr in trajs for t in tr.turns)
+    evaluation = sum(t.evaluation_s for tr in trajs for t in tr.turns)
+    assert 1.39 <= wall < 1.55  # 1.4 s by the schedule above; lockstep would take 1.6 s
+    assert generation == pytest.approx(0.8, abs=0.1) and evaluation == pytest.approx(1.2, abs=0.1)
+    assert overlap_seconds(generation, evaluation, wall) == pytest.approx(0.6, abs=0.12)
+    assert [len(c) for c in policy.calls] == [3, 1, 1, 1]
+
+
+def test_with_a_sandbox_faster_than_a_call_the_pipelined_schedule_makes_locksteps_calls():
+    # 2 tasks x 1 trajectory x 2 turns; a policy call takes 0.15 s, a kernel 0.03 s, one at a time. After turn 1,
+    # group 0 is due at 0.18 s with 1 kernel left (an estimated 0.03 s < a 0.15 s call): waiting for group 1
+    # (0.21 s) spares a call, so 2 calls of 2 responses, not 3
+    policy = _ByPromptPolicy(sleep_s=0.15)
+    rollout(policy, _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.03), n_trajectories=1, n_turns=2,
+            backend="cpu", progress=False, chunks=2, evaluation_slots=1)
+    assert [len(c) for c in policy.calls] == [2, 2]
+
+
+def test_an_error_raised_in_the_sandboxs_thread_reaches_the_caller_without_waiting_for_other_kernels():
+    # task t1's kernel raises after 0.1 s while task t0's takes 1 s: raised at about 0.1 s, not after 1 s
+    sandbox = _SleepySandbox(seconds=lambda task, code: 1.0 if task.task_id == "t0" else 0.1,
+                             fail=lambda task: task.task_id == "t1")
+    start = time.perf_counter()
+    with pytest.raises(OSError, match="worker died"):
+        rollout(_ByPromptPolicy(), _tasks(2), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False,
+                chunks=2)
+    assert time.perf_counter() - start < 0.6
+
+
+def test_an_exception_in_a_pipelined_rollout_carries_each_trajectorys_judged_turns():
+    # t0's kernels take 0.01 s, t1's first 0.3 s: t0 runs turns 1 and 2 while t1's first kernel is judged; the
+    # policy's 3rd call (t0's turn 3) fails: t0 carries 2 turns, t1 none (its kernel was still in the sandbox)
+    calls = []
+
+    def third_fails():
+        calls.append(1)
+        if len(calls) == 3:
+            raise ConnectionError("the server went away")
+
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.3 if task.task_id == "t1" else 0.01)
+    with pytest.raises(ConnectionError) as info:
+        rollout(_ByPromptPolicy(during=third_fails), _tasks(2), sandbox, n_trajectories=1, n_turns=3, backend="cpu",
+                progress=False, chunks=2)
+    assert [len(tr.turns) for tr in info.value.trajectories] == [2, 0]
+
+
+class _KevinSandbox(Sandbox):
+    """Kevin's ``Sandbox`` to the rollout's defaults, without its processes: ``evaluate_many`` goes to ``inner``;
+    ``gate``: its one device's `DeviceGate`."""
+
+    def __init__(self, inner, gate=None):  # (Sandbox.__init__ is not called: no cache, no temporary folder)
+        self.backend, self.inner = "cpu", inner
+        if gate is not None:
+            self._devices = SimpleNamespace(gates={"cpu": gate})
+
+    def evaluate_many(self, jobs):
+        return self.inner.evaluate_many(jobs)
+
+
+def test_with_kevins_sandbox_the_default_is_pipelined_one_kernel_per_call():
+    inner = _SleepySandbox()
+    rollout(_ByPromptPolicy(), _tasks(2), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False)
+    assert [len(b) for b in inner.batches] == [1] * 8  # 2 tasks x 2 trajectories x 2 turns, each its own call
+
+
+def test_the_default_for_another_sandbox_is_lockstep():
+    from kevin.core.rollout import default_chunks
+
+    # 4 tasks x 8 trajectories: one group per task with kevin's Sandbox; 1 task: two halves; else lockstep
+    assert default_chunks(_KevinSandbox(_SleepySandbox()), 4, 8) == 4
+    assert default_chunks(_KevinSandbox(_SleepySandbox()), 1, 8) == 2
+    assert default_chunks(_SleepySandbox(), 4, 8) == 1
+
+
+def test_a_generate_call_made_while_kernels_are_in_the_sandbox_holds_its_device_gate():
+    # t1's kernel takes 0.3 s, t0's 0.1 s: t0's turn 2 is generated while t1's kernel is in the sandbox
+    gate, seen = DeviceGate(), []
+    inner = _SleepySandbox(seconds=lambda task, code: 0.3 if task.task_id == "t1" else 0.1)
+    policy = _ByPromptPolicy(during=lambda: seen.append((inner.inside, gate._shared)))
+    rollout(policy, _tasks(2), _KevinSandbox(inner, gate), n_trajectories=1, n_turns=2, progress=False)
+    assert seen[0] == (0, 0)  # turn 1: nothing in the sandbox, nothing held
+    assert (1, 1) in seen and all(shared == 1 for inside, shared in seen if inside)
+    assert gate._shared == 0  # released after each call
+
+
+def test_the_real_sandbox_shows_the_rollout_its_device_gates_and_slots(tmp_path):
+    from kevin.core.rollout import _device_gates, _sandbox_slots
+
+    sandbox = Sandbox("cpu", SandboxConfig(workers=3, cache_dir=str(tmp_path)))  # (starts no process)
+    gates = _device_gates(sandbox)
+    assert gates == [device_gate("cpu", "cpu")]
+    assert _sandbox_slots(sandbox, len(gates)) == 3 + 2  # 3 compile workers, 2 more for the one device
+
+
+def test_beam_search_with_kevins_sandbox_runs_in_lockstep():
+    from kevin.core.eval.beam import beam_resampler
+
+    policy = ScriptedPolicy([_marked(0), _marked(1)])
+    inner = VerdictSandbox(_fast_if("01"))
+    first, second = rollout(policy, _tasks(1), _KevinSandbox(inner), n_trajectories=2, n_turns=2, backend="cpu",
+                            progress=False, resample=beam_resampler(2, 1, 1))
+    assert [len(c) for c in policy.calls] == [2, 2] and [len(b) for b in inner.batches] == [2, 2]
+    assert [turn.replica for turn in first.turns] == [True, False]  # slot 0 continued slot 1 (correct)
+
+
+def test_beam_search_refuses_groups():
+    from kevin.core.eval.beam import beam_resampler
+
+    with pytest.raises(ValueError, match="lockstep"):
+        _run(ScriptedPolicy([_marked(0)]), g=2, t=2, resample=beam_resampler(2, 1, 1), chunks=2)
+
+
+def test_busy_shares_sum_to_the_union_of_the_intervals():
+    from kevin.core.rollout import busy_shares
+
+    # [0, 1] a alone: 1; [1, 2] a, b: 0.5 each; [2, 3] a, b, c: 1/3 each; [3, 4] c alone: 1; [6, 7] d: 1
+    shares = busy_shares([(0.0, 3.0), (1.0, 3.0), (2.0, 4.0), (6.0, 7.0)])
+    assert shares == pytest.approx([1 + 0.5 + 1 / 3, 0.5 + 1 / 3, 1 / 3 + 1, 1.0])
+    assert sum(shares) == pytest.approx(4.0 + 1.0)  # the union: [0, 4] and [6, 7]
