@@ -79,9 +79,10 @@ def _debug(proc: subprocess.CompletedProcess) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"debug/')]
 
 
+@pytest.mark.parametrize("lora", [[], ["--lora", "--lora_rank", "4"]], ids=["full", "lora"])
 def test_two_fsdp2_processes_give_the_loss_and_gradient_norm_of_one_replicated_process(rollout_file, tmp_path,
-                                                                                       in_process):
-    fixed = [*UNEVEN, "--rollout_file", str(rollout_file), "--output_dir", str(tmp_path / "check")]
+                                                                                       in_process, lora):
+    fixed = [*UNEVEN, *lora, "--rollout_file", str(rollout_file), "--output_dir", str(tmp_path / "check")]
     [one] = _debug(in_process("check_sharding.py", *fixed))
     two = _debug(torchrun("check_sharding.py", 2, 29761, *fixed, config="fsdp2.yaml"))
     assert [(r["debug/processes"], r["debug/sharded"], r["debug/samples"]) for r in [one, *two]] == \
@@ -112,11 +113,14 @@ def test_a_sharded_checkpoint_holds_every_process_shards_and_the_other_states_on
 
 
 def test_a_sharded_checkpoint_resumes_to_the_same_next_step(sharded_run, tmp_path):
-    resumed = tmp_path / "resumed"
-    proc = torchrun("train_multiturn.py", 2, 29763, *UNEVEN, "--steps", "2", "--kl_coef", "0.5", "--weight_decay",
-                    "0.5", "--lr", "0.01", "--output_dir", str(resumed), "--resume",
-                    str(sharded_run / "checkpoints" / "step_000001"), config="fsdp2.yaml")
+    import shutil
+
+    resumed = shutil.copytree(sharded_run, tmp_path / "resumed")  # as if the run had stopped after step 1
+    shutil.rmtree(resumed / "checkpoints" / "step_000002")
+    proc = torchrun("train_multiturn.py", 2, 29763, "--resume", "latest", "--output_dir", str(resumed),
+                    config="fsdp2.yaml")  # the run's own options, from its config.json
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"resumed from {resumed / 'checkpoints' / 'step_000001'} at step 1" in proc.stdout
     original = load_rollout(sharded_run / "rollouts" / "step_000002.jsonl.gz")
     again = load_rollout(resumed / "rollouts" / "step_000002.jsonl.gz")
     assert [u.response_ids for t in again for u in t.turns] == [u.response_ids for t in original for u in t.turns]
