@@ -43,13 +43,21 @@ def launch_env(config: str, processes: int) -> dict:
     return {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
 
 
-def torchrun(script: str, processes: int, port: int, *args: str,
-             config: str | None = None) -> subprocess.CompletedProcess:
+def free_port() -> int:
+    """A TCP port that no one listens on now (for torchrun's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str, processes: int, *args: str, config: str | None = None) -> subprocess.CompletedProcess:
     """``recipes/<script>`` on ``processes`` gloo processes, with ``config``'s launch environment."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            **(launch_env(config, processes) if config else {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
-           str(port), str(ROOT / "recipes" / script), *args]
+           str(free_port()), str(ROOT / "recipes" / script), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -84,7 +92,7 @@ def test_two_fsdp2_processes_give_the_loss_and_gradient_norm_of_one_replicated_p
                                                                                        in_process, lora):
     fixed = [*UNEVEN, *lora, "--rollout_file", str(rollout_file), "--output_dir", str(tmp_path / "check")]
     [one] = _debug(in_process("check_sharding.py", *fixed))
-    two = _debug(torchrun("check_sharding.py", 2, 29761, *fixed, config="fsdp2.yaml"))
+    two = _debug(torchrun("check_sharding.py", 2, *fixed, config="fsdp2.yaml"))
     assert [(r["debug/processes"], r["debug/sharded"], r["debug/samples"]) for r in [one, *two]] == \
         [(1, False, 6), (2, True, 2), (2, True, 4)]  # 3 trajectories x 2 turns, dealt 1 + 2
     for key in ("debug/loss", "debug/logprob_mean", "debug/grad_norm"):
@@ -98,7 +106,7 @@ def sharded_run(tmp_path_factory):
     """Two steps under FSDP2 on 2 processes, with a KL term to the initial model and weight decay (a gradient from
     step 2 on without any reward)."""
     out = tmp_path_factory.mktemp("fsdp") / "run"
-    proc = torchrun("train_multiturn.py", 2, 29762, *UNEVEN, "--steps", "2", "--kl_coef", "0.5", "--weight_decay",
+    proc = torchrun("train_multiturn.py", 2, *UNEVEN, "--steps", "2", "--kl_coef", "0.5", "--weight_decay",
                     "0.5", "--lr", "0.01", "--output_dir", str(out), config="fsdp2.yaml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
@@ -117,7 +125,7 @@ def test_a_sharded_checkpoint_resumes_to_the_same_next_step(sharded_run, tmp_pat
 
     resumed = shutil.copytree(sharded_run, tmp_path / "resumed")  # as if the run had stopped after step 1
     shutil.rmtree(resumed / "checkpoints" / "step_000002")
-    proc = torchrun("train_multiturn.py", 2, 29763, "--resume", "latest", "--output_dir", str(resumed),
+    proc = torchrun("train_multiturn.py", 2, "--resume", "latest", "--output_dir", str(resumed),
                     config="fsdp2.yaml")  # the run's own options, from its config.json
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"resumed from {resumed / 'checkpoints' / 'step_000001'} at step 1" in proc.stdout

@@ -306,7 +306,11 @@ class RunDir:
         return path
 
     def close(self) -> None:
+        """Close the loggers and, on every process, the process group (a process that exits with one open can abort
+        while its communication threads are torn down)."""
         self._logger.close()
+        if self.acc is not None:
+            self.acc.state.destroy_process_group()
 
     # ------------------------------------------------------------------ a finished run, read back
 

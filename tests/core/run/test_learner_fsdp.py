@@ -11,6 +11,7 @@ the clipped norm, AdamW) runs.
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,10 @@ def two_processes(tmp_path_factory):
            "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
            "FSDP_RESHARD_AFTER_FORWARD": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
            "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29771",
+    with socket.socket() as s:  # a port that no one listens on now, for torchrun's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(tmp / "script.py"), str(tmp)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
