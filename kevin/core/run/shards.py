@@ -18,14 +18,16 @@ from typing import Any, Sequence
 import torch
 
 from kevin.core.batch import Batch, collate, micro_batches, split_minibatches
+from kevin.core.run.cli import ConfigError
 
 
 def trajectory_share(n_tasks: int, n_trajectories: int, rank: int, world: int) -> list[tuple[int, int]]:
     """(task, trajectory) of every trajectory that process ``rank`` of ``world`` runs: the B*G trajectories of a step,
     task-major, in contiguous blocks of floor or ceil(B*G / world). Example: B=2, G=3 on 4 processes:
-    [(0, 0)], [(0, 1), (0, 2)], [(1, 0)], [(1, 1), (1, 2)]."""
+    [(0, 0)], [(0, 1), (0, 2)], [(1, 0)], [(1, 1), (1, 2)]. More processes than trajectories: a `ConfigError` (the
+    recipe stops with its message)."""
     if world > n_tasks * n_trajectories:
-        raise ValueError(f"{world} processes for {n_tasks} x {n_trajectories} trajectories: some would have none "
+        raise ConfigError(f"{world} processes for {n_tasks} x {n_trajectories} trajectories: some would have none "
                          "(raise --tasks_per_step or --n_trajectories)")
     total = n_tasks * n_trajectories
     return [divmod(i, n_trajectories) for i in range(rank * total // world, (rank + 1) * total // world)]

@@ -29,8 +29,10 @@ def test_every_trajectory_is_run_by_exactly_one_process(world):
     assert dealt == [(b, g) for b in range(3) for g in range(4)]
 
 
-def test_more_processes_than_trajectories_is_refused():
-    with pytest.raises(ValueError, match="3 processes for 1 x 2 trajectories"):
+def test_more_processes_than_trajectories_is_refused_as_a_bad_option():
+    from kevin.core.run.cli import ConfigError
+
+    with pytest.raises(ConfigError, match="3 processes for 1 x 2 trajectories"):
         trajectory_share(1, 2, 0, 3)
 
 
