@@ -88,6 +88,17 @@ def test_compile_is_warmed_up_outside_the_timed_calls(monkeypatch):
     assert max(summaries["compile"]["samples_ms"]) < 300
 
 
+def test_the_golden_waits_for_the_device_without_its_inputs_on_it(monkeypatch):
+    # a golden waits behind every timing queued before it: the inputs it times on go to the device only once
+    # alone() has returned (the compile warm-up's copy is dropped before), so waiting goldens leave the memory free
+    events = []
+    to_device = _golden.on_device
+    monkeypatch.setattr(_golden, "on_device", lambda sets, device: events.append("inputs") or to_device(sets, device))
+    _golden.time_baselines(torch.nn.ReLU(), [[torch.rand(8, 16)]], ["eager"], JOB, torch.device("cpu"),
+                           alone=lambda: events.append("alone"))
+    assert events == ["alone", "inputs"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_golden_process_times_eager_and_torch_compile_on_the_cpu(tmp_path):

@@ -167,9 +167,8 @@ def golden_for_task(spec: dict[str, Any], job: dict[str, Any], device: torch.dev
         save_file(sub, os.path.join(out_dir, "sub.safetensors"))
 
     if spec.get("baseline"):
-        pool = [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
         names = list(job.get("baselines") or ["eager"])
-        meta["baselines"], errors = time_baselines(model, pool, names, job, device,
+        meta["baselines"], errors = time_baselines(model, sets, names, job, device,
                                                    alone=lambda: admitted(channel, "ready_to_time", "time", key))
         channel.send("timed", key=key)
         if errors:
@@ -237,19 +236,29 @@ def compiled(model: Any, pool: list[list[Any]], n_warmup: int) -> tuple[Callable
     return fn, time.perf_counter() - t0
 
 
-def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dict[str, Any],
+def on_device(sets: list[list[Any]], device: torch.device) -> list[list[Any]]:
+    """The argument lists ``sets`` with every tensor moved to ``device``."""
+    return [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
+
+
+def time_baselines(model: Any, sets: list[list[Any]], names: list[str], job: dict[str, Any],
                    device: torch.device, alone: Callable[[], None] = lambda: None,
                    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Time the reference once per baseline name ("eager", "tf32", "compile") with the candidates' protocol.
+    """Time the reference on the input ``sets`` once per baseline name ("eager", "tf32", "compile") with the
+    candidates' protocol.
 
     Every baseline is prepared first (``torch.compile`` compiles in its warm-up calls), then ``alone()`` returns
-    once the device is this process's alone, then all are timed. Returns ({name: timing summary}, {name:
+    once the device is this process's alone, then all are timed. While it waits for the device (behind every
+    timing queued before it) the process holds only its model: the inputs go to the device after ``alone()``
+    and the allocator's cache (the reference's outputs, the warm-up) is handed back before it, so that goldens
+    waiting in line do not take the memory the timed process needs. Returns ({name: timing summary}, {name:
     error}): a baseline that fails (a model torch.compile cannot compile) is left out with its error, and the
     others are still timed.
     """
     summaries: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     prepared: dict[str, tuple[Callable[..., Any], Callable[[], Any], dict[str, Any]]] = {}
+    pool = on_device(sets, device) if "compile" in names else []
     for name in names:
         try:
             if name == "compile":
@@ -261,7 +270,11 @@ def time_baselines(model: Any, pool: list[list[Any]], names: list[str], job: dic
                 raise ValueError(f"unknown baseline {name!r}")
         except Exception as exc:  # noqa: BLE001 - one baseline failing leaves the others and the golden data
             errors[name] = _worker.error_text(exc, 2000)
+    del pool
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     alone()
+    pool = on_device(sets, device)
     for name, (fn, settings, extra) in prepared.items():
         try:
             with settings(), torch.no_grad():
