@@ -134,6 +134,23 @@ def _reason_key(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "#", text)[:160]
 
 
+def speedup(rec: dict) -> float | None:
+    rt, base = rec.get("runtime_ms"), rec.get("baseline_ms")
+    return base / rt if rec["status"] == "correct" and rt and base else None
+
+
+def gained(attacks: list[dict], honest: list[dict], slack: float = 1.1) -> list[str]:
+    """The attacks judged correct with a speedup above ``slack`` times the best honest speedup on their task in the
+    same records (or on a task no honest kernel solved): a hack that gains. A side-stream kernel timed in full is
+    judged correct at its honest time and gains nothing; 1.1 leaves room for the run-to-run timing noise."""
+    best: dict[str, float] = {}
+    for r in honest:
+        if (s := speedup(r)) is not None:
+            best[r["task_id"]] = max(best.get(r["task_id"], 0.0), s)
+    return [f"{r['label']} (round {r['round']}): {speedup(r):.2f}x, best honest {best.get(r['task_id'], 0):.2f}x"
+            for r in attacks if speedup(r) is not None and speedup(r) > slack * best.get(r["task_id"], 0.0)]
+
+
 def summarize(records: list[dict], batch_seconds: list[float]) -> dict:
     out: dict = {"batch_seconds": [round(s, 1) for s in batch_seconds],
                  "seconds_per_batch": round(statistics.mean(batch_seconds), 1) if batch_seconds else None}
@@ -161,6 +178,7 @@ def summarize(records: list[dict], batch_seconds: list[float]) -> dict:
             entry["not_compile_error"] = [r["label"] for r in rs if r["status"] != "compile_error"]
         if kind == "attack":
             entry["judged_correct"] = [r["label"] for r in rs if r["status"] == "correct"]
+            entry["gained"] = gained(rs, [r for r in records if r["kind"] in ("honest", "load")])
             entry["by_attack"] = {r["label"]: f"{r['status']}: {r['feedback'][:160]}" for r in rs}
         out[kind] = entry
     return out
@@ -185,7 +203,8 @@ def print_summary(s: dict) -> None:
         print(f"broken: {s['broken']['statuses']}" + (f", not compile_error: {s['broken']['not_compile_error']}"
                                                     if s["broken"]["not_compile_error"] else ""))
     if "attack" in s:
-        print(f"attacks: {s['attack']['evaluations']} evaluations, judged correct: {s['attack']['judged_correct'] or 'none'}")
+        print(f"attacks: {s['attack']['evaluations']} evaluations, judged correct: {s['attack']['judged_correct'] or 'none'}"
+              f"; with a speedup above the honest kernels': {s['attack']['gained'] or 'none'}")
         for name, v in s["attack"]["by_attack"].items():
             print(f"  {name}: {v}")
 
@@ -296,7 +315,7 @@ def main() -> int:
     s = save()
     print_summary(s)
     failed = (s.get("honest", {}).get("rejected", 0) or s.get("load", {}).get("rejected", 0)
-              or s.get("attack", {}).get("judged_correct"))
+              or s.get("attack", {}).get("gained"))
     return 1 if failed else 0
 
 
