@@ -18,7 +18,9 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
   ``policy:static+cublas`` with the decoding loop's matmuls through torch's default BLAS instead of
   ``kevin.core.policy.engine.decoding.DECODE_BLAS`` (cuBLASLt); ``policy:static+inlinerotary`` with the prefill's rotary
   cos and sin traced through (``PREFILL_ROTARY = False``); ``policy:static+whole`` with the prefill's last layer run
-  on every position. Suffixes combine (``policy:static+inlinerotary+whole``).
+  on every position; ``policy:static+budget40`` with a 40 GiB KV-cache budget (``cache_budget_bytes``: the rows are
+  generated in waves that fit it), ``policy:static+mem0.5`` with half the free memory as each call's budget
+  (``memory_fraction``). Suffixes combine (``policy:static+inlinerotary+whole``).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
   ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
@@ -137,6 +139,10 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
                 decoding.DECODE_BLAS = "default"
             elif flag == "inlinerotary":  # the prefill's cos and sin traced through (inside every layer's kernel)
                 decoding.PREFILL_ROTARY = False
+            elif flag.startswith("budget"):  # +budget40: a KV-cache budget of 40 GiB (generation in waves that fit)
+                extra["cache_budget_bytes"] = int(float(flag[len("budget"):]) * 2**30)
+            elif flag.startswith("mem"):  # +mem0.5: each call's budget is half the memory the device still has
+                extra["memory_fraction"] = float(flag[len("mem"):])
             elif flag == "whole":  # the prefill's last layer on every position, not the last one only
                 decoding._install_last_position_hooks = lambda model: False
             else:
@@ -227,6 +233,9 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget of this whole invocation")
     p.add_argument("--triton-config", default=None,
                    help="JSON keyword arguments of kevin.core.policy.engine.attention.triton_decode for decode_attention=triton")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up calls before the timed one (default: 1 for policy:static, else 0); a warm-up of a "
+                        "long generation repeats it whole, so 0 times it with its compilation")
     p.add_argument("--out", default="benchmarks/results/out")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -238,7 +247,7 @@ def main() -> None:
 
         attention.TRITON_CONFIG.update(json.loads(args.triton_config))
     if args.worker:  # child: run one variant, print one JSON line
-        warmup = 1 if args.worker.startswith("policy:static") else 0  # generate_batch warms up inside every call
+        warmup = args.warmup if args.warmup is not None else int(args.worker.startswith("policy:static"))
         res = run_variant(args.worker, args.shape, args.device, n, plen, new, args.cap_s, warmup, args.batch_size)
         print("RESULT " + json.dumps(res), flush=True)
         return
@@ -259,6 +268,8 @@ def main() -> None:
                 cmd += ["--batch-size", str(args.batch_size)]
             if args.triton_config:
                 cmd += ["--triton-config", args.triton_config]
+            if args.warmup is not None:
+                cmd += ["--warmup", str(args.warmup)]
             print(f"[{time.perf_counter() - start:6.1f}s] {variant} (cap {cap:.0f}s): {' '.join(cmd)}", flush=True)
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap,
