@@ -44,8 +44,8 @@ from kevin.core.loss import grpo_loss, logprob_mismatch, truncated_is_weights
 from kevin.core.rollout import rollout
 from kevin.core.run.cli import check_training_config, parse_run_config, run_recipe
 from kevin.core.run.learner import Learner, accelerator, build_learner, local_processes
-from kevin.core.run.shards import (gather_trajectories, minibatches_everywhere, own_samples, place, share_tasks,
-                                   trajectory_share)
+from kevin.core.run.shards import (gather_trajectories, minibatches_everywhere, own_samples, place, rollout_layout,
+                                   share_tasks, trajectory_share)
 from kevin.core.run.rundir import RunConfig, RunDir
 from kevin.rewards.samples import rewarded_samples
 
@@ -256,8 +256,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         # 1. rollout: G trajectories x T turns per task, generation batched over all of them
         policy.max_new_tokens = response_budget(cfg, step)
         lrn.model.eval()
-        with acc.autocast(), lrn.full_parameters():  # one trajectory per listed task
-            trajectories = rollout(policy, tasks, sandbox, n_trajectories=1, n_turns=cfg.n_turns,
+        with acc.autocast(), lrn.full_parameters():  # one trajectory per listed task, grouped by task
+            trajectories = rollout(policy, tasks, sandbox, **rollout_layout(share, sandbox), n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         freed = policy.release_memory() if cfg.release_sampling_memory else 0
         if step == start and freed:

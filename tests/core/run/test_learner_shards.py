@@ -120,3 +120,17 @@ def test_a_model_without_fsdp_units_samples_as_it_is():
     before = [p for p in model.parameters()]
     with full_parameters(model) as inside:
         assert inside is model and [p for p in inside.parameters()] == before
+
+
+@pytest.mark.parametrize("kevins", [False, True], ids=["other sandbox", "kevin's Sandbox"])
+def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_its_tasks(kevins,
+                                                                                                       tmp_path):
+    # a share of 2 tasks x 3 trajectories is listed as 6 one-trajectory tasks: the pipelined groups are those the
+    # rollout's own default gives 2 tasks of 3 trajectories, not 6 tasks of 1
+    from kevin.core.rollout import default_chunks
+    from kevin.core.run.shards import rollout_layout
+    from kevin.sandbox import Sandbox, SandboxConfig
+
+    sandbox = Sandbox(device="cpu", config=SandboxConfig(cache_dir=str(tmp_path))) if kevins else object()
+    share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert rollout_layout(share, sandbox) == {"n_trajectories": 1, "chunks": default_chunks(sandbox, 2, 3)}
