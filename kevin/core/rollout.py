@@ -16,18 +16,20 @@ computed, and recomputed with other settings, afterwards (``kevin.core.records.r
 
 Two schedules, one output (each trajectory's turns depend only on its own prompts and verdicts).
 
-- Lockstep (``chunks=1``; always with ``resample``; the default for a sandbox other than kevin's ``Sandbox``): all
-  B*G trajectories advance together, per turn ONE ``policy.generate`` over all of them, then ONE
-  ``evaluate_many`` over all the kernels.
-- Pipelined (the default with kevin's ``Sandbox``, whose candidates run in subprocesses): the trajectories are cut
-  into ``chunks`` groups of consecutive rows (one per task by default). Each kernel is its own ``evaluate_many``
-  call, made by background threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels
-  are judged in the order they were written. A group is due for its next turn once all its kernels are judged, while
-  other groups' kernels are still in the sandbox; when the policy is free, one generate call covers every group
-  that is due, unless waiting for more spares a call (`generate_now`). While kernels are in the sandbox, the
-  generate call holds the sandbox's device gates as a correctness run does, so no kernel is timed while the policy
-  uses the device. Which rows share a generate call then depends on when verdicts arrive: a policy that samples
-  from one random generator draws differently than in lockstep (the distribution of each response is the same).
+- Lockstep (``chunks=1``; always with ``resample``; the default except for kevin's ``Sandbox`` on CUDA): all B*G
+  trajectories advance together, per turn ONE ``policy.generate`` over all of them, then ONE ``evaluate_many``
+  over all the kernels.
+- Pipelined (the default with kevin's ``Sandbox`` on CUDA, whose candidates compile in subprocesses on the CPU cores
+  while the policy decodes on the GPU; `default_chunks`): the trajectories are cut into ``chunks`` groups of
+  consecutive rows (one per task by default). Each kernel is its own ``evaluate_many`` call, made by background
+  threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they
+  were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
+  still in the sandbox; when the policy is free, one generate call covers every group that is due, unless another is
+  due before the call would end (`generate_now`). While kernels are in the sandbox, the generate call holds the
+  sandbox's device gates as a correctness run does, so no kernel is timed while the policy uses the device. Which rows
+  share a generate call then depends on when verdicts arrive: a policy that samples from one random generator draws
+  differently than in lockstep (the distribution of each response is the same). A sandbox's batch deadline
+  (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call.
 
 Costs. ``Turn.generation_s`` is its generate call's wall time shared out in proportion to each response's sampled
 tokens (an API's reported counts when it gives no ids; characters when some response has neither; evenly when all
@@ -51,8 +53,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import logging
-import math
 import sys
 import time
 from collections import Counter
@@ -143,47 +145,73 @@ def overlap_seconds(generation_s: float, evaluation_s: float, wall_s: float) -> 
     return max(0.0, generation_s + evaluation_s - wall_s)
 
 
-def sandbox_drains_in(outstanding: int, slots: int, latencies: Sequence[float]) -> float | None:
-    """Estimated seconds until the sandbox has judged ``outstanding`` kernels, ``slots`` at a time:
-    ceil(outstanding / slots) rounds of the mean latency of the kernels judged so far (an overestimate: those in
-    flight have partly run). None before any kernel was judged.
+def remaining_s(elapsed: float, latencies: Sequence[float]) -> float:
+    """Expected seconds left of a kernel ``elapsed`` seconds into its evaluation, from the ``latencies`` of the kernels
+    judged so far: the mean of ``d - elapsed`` over those that took longer (d > elapsed); when none did, the mean
+    latency (a kernel past all of them is as likely as any to need a typical kernel's time again).
 
-    >>> sandbox_drains_in(5, 2, [1.0, 3.0])   # ceil(5 / 2) = 3 rounds of 2 s
-    6.0
+    >>> remaining_s(0.0, [1.0, 3.0]), remaining_s(2.0, [1.0, 3.0]), remaining_s(5.0, [1.0, 3.0])
+    (2.0, 1.0, 2.0)
     """
-    if not latencies:
-        return None
-    return math.ceil(outstanding / max(1, slots)) * sum(latencies) / len(latencies)
+    longer = [d - elapsed for d in latencies if d > elapsed]
+    return sum(longer) / len(longer) if longer else sum(latencies) / len(latencies)
 
 
-def generate_now(outstanding: int, drains_in: float | None, generate_s: float | None) -> bool:
-    """Whether the pipelined rollout generates the groups that are due now, rather than wait for more to be due.
+def due_in(outstanding: Sequence[tuple[int, float | None]], slots: int, latencies: Sequence[float]) -> dict[int, float]:
+    """Estimated seconds until each group has all its kernels in the sandbox judged.
 
-    The model: a generate call takes about as long whatever its batch (decoding is bound by latency, not rows), and
-    the sandbox stays busy for ``drains_in`` seconds with the ``outstanding`` kernels. A call now that ends before
-    the sandbox runs dry (``drains_in >= generate_s``, the last call's seconds) is hidden behind it and keeps it fed;
-    one that would end later is worth less than the call it would add: waiting lets the groups still in the sandbox
-    join the same call (so with a fast sandbox the pipelined rollout makes lockstep's calls). With nothing
-    outstanding there is nothing to wait for; with nothing judged yet, no estimate, so wait.
+    ``outstanding``: the kernels in the order they were sent, each as (group, seconds since its evaluation began, or
+    None while it waits for one of the ``slots``). ``latencies``: the seconds of the kernels judged so far. A running
+    kernel has `remaining_s` left; a waiting one takes the first free slot in the order sent (first in, first out)
+    and the mean latency there.
 
-    >>> generate_now(3, drains_in=60.0, generate_s=30.0), generate_now(3, drains_in=10.0, generate_s=30.0)
-    (True, False)
+    >>> due_in([(0, 0.5), (1, None), (1, None)], slots=2, latencies=[2.0])   # group 1: 0 + 2, and 1.5 + 2
+    {0: 1.5, 1: 3.5}
     """
-    if outstanding == 0:
+    mean = sum(latencies) / len(latencies)
+    running = [remaining_s(elapsed, latencies) for _, elapsed in outstanding if elapsed is not None]
+    free = running + [0.0] * max(0, slots - len(running))  # when each slot is next free
+    heapq.heapify(free)
+    due: dict[int, float] = {}
+    for group, elapsed in outstanding:
+        if elapsed is None:
+            finish = heapq.heappop(free) + mean
+            heapq.heappush(free, finish)
+        else:
+            finish = remaining_s(elapsed, latencies)
+        due[group] = max(due.get(group, 0.0), finish)
+    return due
+
+
+def generate_now(pending: bool, next_due_s: float | None, generate_s: float | None) -> bool:
+    """Whether the pipelined rollout generates the groups that are due now rather than wait for more to be due.
+
+    The model: a generate call takes about as long whatever its batch (decoding is bound by latency, not rows).
+    ``next_due_s`` is the estimated wait (`due_in`) for the next group that still has a turn to generate
+    (``pending``); ``generate_s`` is the last call's seconds. A call that ends before that group is due
+    (``next_due_s >= generate_s``) makes no one wait; one that would end later would keep the next group waiting and
+    add a call, so the rollout waits for it and generates both in one call (with a sandbox faster than the policy,
+    the pipelined rollout thus makes lockstep's calls). With no group pending, go; with no estimate yet, wait.
+
+    >>> generate_now(True, 60.0, 30.0), generate_now(True, 10.0, 30.0), generate_now(False, None, None)
+    (True, False, True)
+    """
+    if not pending:
         return True
-    if drains_in is None or generate_s is None:
+    if next_due_s is None or generate_s is None:
         return False
-    return drains_in >= generate_s
+    return next_due_s >= generate_s
 
 
 def default_chunks(sandbox: Any, n_tasks: int, n_trajectories: int) -> int:
     """The default number of pipelined groups: one per task (two halves of a single task's rows) for kevin's
-    `Sandbox`, whose candidates run in subprocesses, so that its work overlaps the policy's; 1 (lockstep) for any
-    other sandbox, which may judge in this process or count on one call per turn (the synthetic sandbox of
-    ``recipes/teach_credit_assignment.py`` does)."""
+    `Sandbox` on CUDA, where the candidates compile on the CPU cores while the policy decodes on the GPU; 1
+    (lockstep) for its CPU backend, where a generate call and the compilers would share the same cores (and timings
+    wait for both), and for any other sandbox, which may judge in this process or count on one call per turn (the
+    synthetic sandbox of ``recipes/teach_credit_assignment.py`` does)."""
     from kevin.sandbox.sandbox import Sandbox
 
-    if not isinstance(sandbox, Sandbox):
+    if not isinstance(sandbox, Sandbox) or getattr(sandbox, "backend", None) != "cuda":
         return 1
     return min(n_tasks * n_trajectories, max(n_tasks, 2))
 
@@ -230,7 +258,7 @@ def rollout(
             them as they are. None (default): independent trajectories. Runs the rollout in lockstep.
         chunks: how many groups of consecutive trajectories (task-major rows) the pipelined schedule moves
             independently; 1: lockstep (one generate and one ``evaluate_many`` call per turn). None (default):
-            :func:`default_chunks` (one per task with kevin's ``Sandbox``, else 1); with ``resample``, 1.
+            :func:`default_chunks` (one per task with kevin's ``Sandbox`` on CUDA, else 1); with ``resample``, 1.
         evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: as many as kevin's
             ``Sandbox`` keeps alive at once (``config.workers`` plus two per device), every kernel at once for
             another sandbox.
@@ -408,6 +436,7 @@ class _Pipeline:
         self.intervals: list[tuple[float, float]] = []  # every judged kernel's seconds in the sandbox
         self.judged: list[tuple[int, int]] = []  # ... and its (row, turn)
         self.generate_s: float | None = None  # the last generate call's seconds
+        self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
 
     def run(self) -> None:
@@ -415,8 +444,7 @@ class _Pipeline:
             while self.due or self.futures:
                 for future in sorted((f for f in self.futures if f.done()), key=self.futures.__getitem__):
                     self._judged(future)
-                drains = sandbox_drains_in(len(self.futures), self.n_slots, [e - s for s, e in self.intervals])
-                if self.due and generate_now(len(self.futures), drains, self.generate_s):
+                if self.due and generate_now(*self._next_due()):
                     self._generate()
                 elif self.futures:
                     if self.bar is not None:
@@ -424,6 +452,19 @@ class _Pipeline:
                     wait(list(self.futures), return_when=FIRST_COMPLETED)
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _next_due(self) -> tuple[bool, float | None, float | None]:
+        """`generate_now`'s arguments: whether a group with kernels in the sandbox has a turn to generate after
+        them, the estimated seconds until the first such group is due (`due_in`), and the last call's seconds."""
+        pending = {self.group_of[k] for k in self.futures.values()}
+        pending = {c for c in pending if self.next_turn[c] + 1 < self.n_turns}
+        if not pending or not self.intervals:
+            return bool(pending), None, self.generate_s
+        now = time.perf_counter()
+        kernels = [(self.group_of[k], now - self.started[k] if k in self.started else None)
+                   for k in self.futures.values()]
+        due = due_in(kernels, self.n_slots, [end - start for start, end in self.intervals])
+        return True, min(due[c] for c in pending), self.generate_s
 
     def _generate(self) -> None:
         groups, self.due = sorted(self.due), []
@@ -441,7 +482,8 @@ class _Pipeline:
             self.staged[k] = [g, p, verdict, cost]
             if verdict is None:
                 self.waiting[self.group_of[k]] += 1
-                self.futures[self.pool.submit(_judge_one, self.sandbox, (self.tasks[self.slots[k][0]], p.code))] = k
+                job = (self.tasks[self.slots[k][0]], p.code)
+                self.futures[self.pool.submit(_judge_one, self.sandbox, job, self.started, k)] = k
                 sent += 1
         logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels to the sandbox, "
                     "%d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
@@ -453,6 +495,7 @@ class _Pipeline:
 
     def _judged(self, future: Future) -> None:
         k = self.futures.pop(future)
+        self.started.pop(k, None)
         verdict, start, end = future.result()  # an error raised in the sandbox's thread is raised here
         self.staged[k][2] = verdict
         self.intervals.append((start, end))
@@ -504,9 +547,11 @@ def _failed_verdict(generation: Any, parsed: Any) -> EvalResult | None:
     return None
 
 
-def _judge_one(sandbox: Any, job: tuple[Any, str]) -> tuple[EvalResult, float, float]:
-    """One kernel through ``sandbox.evaluate_many`` (in a background thread): its verdict and its start and end."""
-    start = time.perf_counter()
+def _judge_one(sandbox: Any, job: tuple[Any, str], started: dict[int, float], row: int
+               ) -> tuple[EvalResult, float, float]:
+    """One kernel through ``sandbox.evaluate_many`` (in a background thread): its verdict and its start and end;
+    ``started[row]`` says when it began."""
+    start = started[row] = time.perf_counter()
     verdicts = sandbox.evaluate_many([job])
     end = time.perf_counter()
     if len(verdicts) != 1:

@@ -357,6 +357,21 @@ def test_real_sandbox_rollout_goes_on_after_a_parse_failure(real_rollout):
     assert trajs[1].turns[0].evaluation_s == 0.0
 
 
+def test_real_sandbox_pipelined_gives_the_lockstep_verdicts(real_rollout, add_task, cpu_sandbox):
+    # the real_rollout's script in two groups (one per trajectory): each kernel its own call, from two threads
+    from kevin.data.prompts import EXAMPLE_CPU
+
+    _, lockstep = real_rollout
+    honest = response("Okay, a plain loop.", EXAMPLE_CPU, "A scalar C++ loop adds the inputs.")
+    junk = "Okay, I will think about it later."
+    policy = ScriptedPolicy([lambda i: honest if i == 0 else junk, honest])
+    pipelined = rollout(policy, [add_task], cpu_sandbox, n_trajectories=2, n_turns=2, progress=False, chunks=2)
+    assert [[t.result.status for t in tr.turns] for tr in pipelined] == [["correct", "correct"],
+                                                                          ["format_error", "correct"]]
+    assert [[t.response_text for t in tr.turns] for tr in pipelined] == [
+        [t.response_text for t in tr.turns] for tr in lockstep]
+
+
 def test_tiny_policy_rollout_of_two_tasks_two_trajectories_two_turns_runs_end_to_end(add_task, cpu_sandbox):
     from kevin.core.policy.tiny import tiny_policy
 
@@ -492,11 +507,12 @@ def test_reparent_refuses_parents_of_the_wrong_length():
 
 class _ByPromptPolicy:
     """Answers each conversation from its text alone, whatever shares the call: a kernel marked with a digest of the
-    prompt and how many times that prompt was asked before (so a task's G identical first prompts get G kernels).
-    Sleeps ``sleep_s`` per call; ``calls`` keeps every call's conversations, ``spans`` its (start, end)."""
+    prompt and how many times that prompt was asked before (so a task's G identical first prompts get G kernels), or
+    no code when ``junk(prompt)``. Sleeps ``sleep_s``, then calls ``during()``, per call; ``calls`` keeps every call's
+    conversations, ``spans`` its (start, end)."""
 
-    def __init__(self, sleep_s=0.0, during=None):
-        self.sleep_s, self.during = sleep_s, during
+    def __init__(self, sleep_s=0.0, during=None, junk=lambda text: False):
+        self.sleep_s, self.during, self.junk = sleep_s, during, junk
         self.calls, self.spans, self.seen = [], [], {}
 
     def count_tokens(self, text):
@@ -506,16 +522,16 @@ class _ByPromptPolicy:
         import hashlib
 
         start = time.perf_counter()
+        time.sleep(self.sleep_s)
         if self.during is not None:
             self.during()
-        time.sleep(self.sleep_s)
         self.calls.append([list(c) for c in conversations])
         out = []
         for messages in conversations:
             text = _user_text(messages)
             k = self.seen[text] = self.seen.get(text, -1) + 1
             mark = f"{hashlib.sha1(text.encode()).hexdigest()[:8]}{k}"
-            reply = response("t", CODE.format(i=mark), f"SUMMARY-{mark}")
+            reply = "no code" if self.junk(text) else response("t", CODE.format(i=mark), f"SUMMARY-{mark}")
             out.append(Generation(char_ids(text), char_ids(reply), tuple(-0.5 for _ in reply), reply, False))
         self.spans.append((start, time.perf_counter()))
         return out
@@ -561,7 +577,7 @@ def _costless(trajectories):
 def test_the_pipelined_schedule_returns_what_lockstep_returns():
     # 3 tasks x 2 trajectories x 3 turns; task 0's kernels take longest, so groups finish out of order
     def run(chunks):
-        sandbox = _SleepySandbox(seconds=lambda task, code: 0.01 * (3 - int(task.task_id[1])))
+        sandbox = _SleepySandbox(seconds=lambda task, code: 0.005 * (3 - int(task.task_id[1])))
         return rollout(_ByPromptPolicy(), _tasks(3), sandbox, n_trajectories=2, n_turns=3, backend="cpu",
                        progress=False, chunks=chunks)
 
@@ -584,29 +600,29 @@ def test_a_pipelined_trajectorys_next_prompt_holds_its_own_feedback_and_no_other
 
 def test_pipelined_generation_overlaps_a_busy_sandbox():
     # 3 tasks x 1 trajectory x 2 turns; a call to the policy sleeps 0.2 s, the sandbox judges one kernel at a time
-    # (evaluation_slots=1) in 0.2 s each. Lockstep: per turn 0.2 + 3 * 0.2 = 0.8 s, so 1.6 s.
-    # Pipelined: turn 1 of all [0, 0.2]; kernels k0 [0.2, 0.4], k1 [0.4, 0.6], k2 [0.6, 0.8]; at 0.4 group 0 is due
-    # and the sandbox has 2 kernels left (0.4 s >= a 0.2 s call): turn 2 of group 0 [0.4, 0.6], its kernel queued
-    # after k2 [0.8, 1.0]; group 1 [0.6, 0.8] -> [1.0, 1.2]; group 2 [0.8, 1.0] -> [1.2, 1.4]. Wall 1.4 s; the
-    # policy busy 4 * 0.2 = 0.8 s, the sandbox 6 * 0.2 = 1.2 s: both at once 0.8 + 1.2 - 1.4 = 0.6 s.
+    # (evaluation_slots=1) in 0.3 s each. Lockstep: per turn 0.2 + 3 * 0.3 = 1.1 s, so 2.2 s.
+    # Pipelined: turn 1 of all [0, 0.2]; kernels k0 [0.2, 0.5], k1 [0.5, 0.8], k2 [0.8, 1.1]. At 0.5 group 0 is due
+    # and group 1 due in 0.3 s >= a 0.2 s call: turn 2 of group 0 [0.5, 0.7], its kernel queued after k2 [1.1, 1.4];
+    # group 1 at 0.8 (group 2 due in 0.3 s) [0.8, 1.0] -> [1.4, 1.7]; group 2 at 1.1 [1.1, 1.3] -> [1.7, 2.0].
+    # Wall 2.0 s; the policy busy 4 * 0.2 = 0.8 s, the sandbox 6 * 0.3 = 1.8 s: both at once 0.8 + 1.8 - 2.0 = 0.6 s.
     policy = _ByPromptPolicy(sleep_s=0.2)
-    sandbox = _SleepySandbox(seconds=lambda task, code: 0.2)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.3)
     start = time.perf_counter()
     trajs = rollout(policy, _tasks(3), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False,
                     chunks=3, evaluation_slots=1)
     wall = time.perf_counter() - start
     generation = sum(t.generation_s for tr in trajs for t in tr.turns)
     evaluation = sum(t.evaluation_s for tr in trajs for t in tr.turns)
-    assert 1.39 <= wall < 1.55  # 1.4 s by the schedule above; lockstep would take 1.6 s
-    assert generation == pytest.approx(0.8, abs=0.1) and evaluation == pytest.approx(1.2, abs=0.1)
+    assert 1.99 <= wall < 2.15  # 2.0 s by the schedule above; lockstep would take 2.2 s
+    assert generation == pytest.approx(0.8, abs=0.1) and evaluation == pytest.approx(1.8, abs=0.1)
     assert overlap_seconds(generation, evaluation, wall) == pytest.approx(0.6, abs=0.12)
     assert [len(c) for c in policy.calls] == [3, 1, 1, 1]
 
 
 def test_with_a_sandbox_faster_than_a_call_the_pipelined_schedule_makes_locksteps_calls():
     # 2 tasks x 1 trajectory x 2 turns; a policy call takes 0.15 s, a kernel 0.03 s, one at a time. After turn 1,
-    # group 0 is due at 0.18 s with 1 kernel left (an estimated 0.03 s < a 0.15 s call): waiting for group 1
-    # (0.21 s) spares a call, so 2 calls of 2 responses, not 3
+    # group 0 is due at 0.18 s and group 1 in an estimated 0.03 s < a 0.15 s call: waiting for it (until 0.21 s)
+    # spares a call, so 2 calls of 2 responses, not 3
     policy = _ByPromptPolicy(sleep_s=0.15)
     rollout(policy, _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.03), n_trajectories=1, n_turns=2,
             backend="cpu", progress=False, chunks=2, evaluation_slots=1)
@@ -625,8 +641,10 @@ def test_an_error_raised_in_the_sandboxs_thread_reaches_the_caller_without_waiti
 
 
 def test_an_exception_in_a_pipelined_rollout_carries_each_trajectorys_judged_turns():
-    # t0's kernels take 0.01 s, t1's first 0.3 s: t0 runs turns 1 and 2 while t1's first kernel is judged; the
-    # policy's 3rd call (t0's turn 3) fails: t0 carries 2 turns, t1 none (its kernel was still in the sandbox)
+    # task t1 never answers with code (no kernel: due at once), t0's kernels take 0.05 s. Call 1: turn 1 of both;
+    # t1 waits for t0 (no kernel judged yet, no estimate); call 2: turn 2 of both; t0's kernel is due in ~0.05 s,
+    # longer than an instant call, so call 3 is t1's turn 3 alone, and fails: t1 carries 2 turns, t0 1 (its second
+    # kernel was still in the sandbox)
     calls = []
 
     def third_fails():
@@ -634,19 +652,19 @@ def test_an_exception_in_a_pipelined_rollout_carries_each_trajectorys_judged_tur
         if len(calls) == 3:
             raise ConnectionError("the server went away")
 
-    sandbox = _SleepySandbox(seconds=lambda task, code: 0.3 if task.task_id == "t1" else 0.01)
+    policy = _ByPromptPolicy(during=third_fails, junk=lambda text: "# task 1" in text)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.05)
     with pytest.raises(ConnectionError) as info:
-        rollout(_ByPromptPolicy(during=third_fails), _tasks(2), sandbox, n_trajectories=1, n_turns=3, backend="cpu",
-                progress=False, chunks=2)
-    assert [len(tr.turns) for tr in info.value.trajectories] == [2, 0]
+        rollout(policy, _tasks(2), sandbox, n_trajectories=1, n_turns=3, backend="cpu", progress=False, chunks=2)
+    assert [len(tr.turns) for tr in info.value.trajectories] == [1, 2]
 
 
 class _KevinSandbox(Sandbox):
-    """Kevin's ``Sandbox`` to the rollout's defaults, without its processes: ``evaluate_many`` goes to ``inner``;
-    ``gate``: its one device's `DeviceGate`."""
+    """Kevin's ``Sandbox`` on ``backend`` to the rollout's defaults, without its processes: ``evaluate_many`` goes to
+    ``inner``; ``gate``: its one device's `DeviceGate`."""
 
-    def __init__(self, inner, gate=None):  # (Sandbox.__init__ is not called: no cache, no temporary folder)
-        self.backend, self.inner = "cpu", inner
+    def __init__(self, inner, gate=None, backend="cuda"):  # (Sandbox.__init__ is not called: no cache, no folder)
+        self.backend, self.inner = backend, inner
         if gate is not None:
             self._devices = SimpleNamespace(gates={"cpu": gate})
 
@@ -654,27 +672,30 @@ class _KevinSandbox(Sandbox):
         return self.inner.evaluate_many(jobs)
 
 
-def test_with_kevins_sandbox_the_default_is_pipelined_one_kernel_per_call():
+def test_with_kevins_sandbox_on_cuda_the_default_is_pipelined_one_kernel_per_call():
     inner = _SleepySandbox()
     rollout(_ByPromptPolicy(), _tasks(2), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False)
     assert [len(b) for b in inner.batches] == [1] * 8  # 2 tasks x 2 trajectories x 2 turns, each its own call
 
 
-def test_the_default_for_another_sandbox_is_lockstep():
+def test_the_default_is_one_group_per_task_with_kevins_sandbox_on_cuda_else_lockstep():
     from kevin.core.rollout import default_chunks
 
-    # 4 tasks x 8 trajectories: one group per task with kevin's Sandbox; 1 task: two halves; else lockstep
+    # 4 tasks x 8 trajectories: one group per task; 1 task: its two halves
     assert default_chunks(_KevinSandbox(_SleepySandbox()), 4, 8) == 4
     assert default_chunks(_KevinSandbox(_SleepySandbox()), 1, 8) == 2
+    assert default_chunks(_KevinSandbox(_SleepySandbox(), backend="cpu"), 4, 8) == 1  # policy and compilers: 1 CPU
     assert default_chunks(_SleepySandbox(), 4, 8) == 1
 
 
 def test_a_generate_call_made_while_kernels_are_in_the_sandbox_holds_its_device_gate():
-    # t1's kernel takes 0.3 s, t0's 0.1 s: t0's turn 2 is generated while t1's kernel is in the sandbox
+    # one kernel at a time: t0's [0.01, 0.06], t1's [0.06, 0.21]; at 0.06 t1 is due in an estimated 0.05 s, more
+    # than a 0.01 s call, so t0's turn 2 is generated while t1's kernel is in the sandbox
     gate, seen = DeviceGate(), []
-    inner = _SleepySandbox(seconds=lambda task, code: 0.3 if task.task_id == "t1" else 0.1)
-    policy = _ByPromptPolicy(during=lambda: seen.append((inner.inside, gate._shared)))
-    rollout(policy, _tasks(2), _KevinSandbox(inner, gate), n_trajectories=1, n_turns=2, progress=False)
+    inner = _SleepySandbox(seconds=lambda task, code: 0.15 if task.task_id == "t1" else 0.05)
+    policy = _ByPromptPolicy(sleep_s=0.01, during=lambda: seen.append((inner.inside, gate._shared)))
+    rollout(policy, _tasks(2), _KevinSandbox(inner, gate), n_trajectories=1, n_turns=2, progress=False,
+            evaluation_slots=1)
     assert seen[0] == (0, 0)  # turn 1: nothing in the sandbox, nothing held
     assert (1, 1) in seen and all(shared == 1 for inside, shared in seen if inside)
     assert gate._shared == 0  # released after each call
@@ -694,8 +715,8 @@ def test_beam_search_with_kevins_sandbox_runs_in_lockstep():
 
     policy = ScriptedPolicy([_marked(0), _marked(1)])
     inner = VerdictSandbox(_fast_if("01"))
-    first, second = rollout(policy, _tasks(1), _KevinSandbox(inner), n_trajectories=2, n_turns=2, backend="cpu",
-                            progress=False, resample=beam_resampler(2, 1, 1))
+    first, second = rollout(policy, _tasks(1), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False,
+                            resample=beam_resampler(2, 1, 1))
     assert [len(c) for c in policy.calls] == [2, 2] and [len(b) for b in inner.batches] == [2, 2]
     assert [turn.replica for turn in first.turns] == [True, False]  # slot 0 continued slot 1 (correct)
 
