@@ -138,6 +138,8 @@ def overlap_seconds(generation_s: float, evaluation_s: float, wall_s: float) -> 
 
     ``generation_s`` and ``evaluation_s`` are a rollout's summed ``Turn`` costs (the policy's and the sandbox's busy
     seconds) and ``wall_s`` its wall time; ``wall_s - generation_s`` is then the time it waited on the sandbox alone.
+    Both compare schedules only at equal generation work: more, smaller generate calls raise the overlap and lower the
+    wait without a shorter rollout, so the wall time is the measure of a schedule.
 
     >>> overlap_seconds(2.0, 3.0, 4.0)   # 2 + 3 busy seconds in 4 wall seconds: 1 of them both at once
     1.0
@@ -404,8 +406,9 @@ def rollout(
     gen_total = sum(turn.generation_s for tr in out for turn in tr.turns)
     eval_total = sum(turn.evaluation_s for tr in out for turn in tr.turns)
     wall = time.perf_counter() - started
-    logger.info("rollout in %.1fs (%d groups): generation %.1fs, sandbox %.1fs, both at once %.1fs", wall, len(bounds),
-                gen_total, eval_total, overlap_seconds(gen_total, eval_total, wall))
+    logger.info("rollout in %.1fs (%d groups): generation %.1fs, sandbox %.1fs, both at once %.1fs; the policy waited "
+                "%.1fs for the device", wall, len(bounds), gen_total, eval_total,
+                overlap_seconds(gen_total, eval_total, wall), pipeline.gate_wait_s if pipeline else 0.0)
     return out
 
 
@@ -436,6 +439,7 @@ class _Pipeline:
         self.intervals: list[tuple[float, float]] = []  # every judged kernel's seconds in the sandbox
         self.judged: list[tuple[int, int]] = []  # ... and its (row, turn)
         self.generate_s: float | None = None  # the last generate call's seconds
+        self.gate_wait_s = 0.0  # seconds the policy waited for the device gates (timings and correctness runs)
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
 
@@ -472,9 +476,11 @@ class _Pipeline:
         turns = sorted({self.next_turn[c] + 1 for c in groups})
         if self.bar is not None:
             self.bar.set_postfix_str(f"turn {','.join(map(str, turns))}: generating {len(rows)} responses")
+        asked = time.perf_counter()
         with _holding(self.gates if self.futures else []):  # no timing while the policy uses the device
+            waited = time.perf_counter() - asked
             generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows])
-        self.generate_s = seconds
+        self.generate_s, self.gate_wait_s = seconds, self.gate_wait_s + waited
         sent = 0
         for k, g, cost in zip(rows, generations, share(seconds, _generation_weights(generations))):
             p = self.parse(g)
@@ -485,10 +491,10 @@ class _Pipeline:
                 job = (self.tasks[self.slots[k][0]], p.code)
                 self.futures[self.pool.submit(_judge_one, self.sandbox, job, self.started, k)] = k
                 sent += 1
-        logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels to the sandbox, "
-                    "%d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
+        logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs after %.1fs waiting for the "
+                    "device; %d kernels to the sandbox, %d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
                     sum(_generated_tokens(g) for g in generations) / len(rows), sum(g.truncated for g in generations),
-                    seconds, sent, len(self.futures))
+                    seconds, waited, sent, len(self.futures))
         for c in groups:
             if not self.waiting[c]:
                 self._close(c)
