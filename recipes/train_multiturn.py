@@ -256,7 +256,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         # 1. rollout: G trajectories x T turns per task, generation batched over all of them
         policy.max_new_tokens = response_budget(cfg, step)
         lrn.model.eval()
-        with acc.autocast(), lrn.full_parameters():  # one trajectory per listed task, grouped by task
+        with acc.autocast(), lrn.full_parameters(cfg.generation == "transformers"):  # vLLM samples by itself
             trajectories = rollout(policy, tasks, sandbox, **rollout_layout(share, sandbox), n_turns=cfg.n_turns,
                                    backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         freed = policy.release_memory() if cfg.release_sampling_memory else 0

@@ -86,9 +86,10 @@ class Learner:
     scheduler: Any
     sharded: bool = False
 
-    def full_parameters(self) -> contextlib.AbstractContextManager:
-        """`full_parameters` of ``net``: around sampling and handing weights to vLLM."""
-        return full_parameters(self.net)
+    def full_parameters(self, needed: bool = True) -> contextlib.AbstractContextManager:
+        """`full_parameters` of ``net``: around sampling with it and handing weights to vLLM (``needed`` False: a
+        no-op, e.g. a rollout that vLLM samples, which would otherwise hold a gathered copy for nothing)."""
+        return full_parameters(self.net) if needed else contextlib.nullcontext(self.net)
 
 
 def build_learner(acc: Any, model: str, *, seed: int, bf16: bool, lora_rank: int, gradient_checkpointing: bool,
