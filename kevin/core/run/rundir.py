@@ -306,10 +306,11 @@ class RunDir:
         return path
 
     def close(self) -> None:
-        """Close the loggers and, on every process, the process group (a process that exits with one open can abort
-        while its communication threads are torn down)."""
+        """Close the loggers and, in a launch of several processes, the process group (a process that exits with one
+        open can abort while its communication threads are torn down). A single process leaves alone any group it
+        has: vLLM's engine creates one of its own in this process and keeps using it."""
         self._logger.close()
-        if self.acc is not None:
+        if self.acc is not None and self.acc.num_processes > 1:
             self.acc.state.destroy_process_group()
 
     # ------------------------------------------------------------------ a finished run, read back
