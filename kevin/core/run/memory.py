@@ -23,15 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kevin.core.policy.base import kv_bytes_per_token
+from kevin.core.policy.tiny import REAL_ARCHITECTURES
 
 GIB = 2**30
 
-# Public config.json values (kevin.core.policy.tiny.REAL_ARCHITECTURES holds the ones that can be built at random)
+# Public config.json values: the shapes that can be built at random, and two larger ones
 ARCHITECTURES = {
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    **REAL_ARCHITECTURES,
     "qwen2.5-14b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
                         num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False),
     "qwq-32b": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
