@@ -54,17 +54,18 @@ loss = lrn.model(input_ids=prompt).logits.float().pow(2).mean()
 acc.backward(loss)
 norm = acc.clip_grad_norm_(lrn.params, 1.0)
 lrn.optimizer.step()
-print(json.dumps({"rank": rank, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
+open(f"{sys.argv[1]}/rank{rank}.json", "w").write(json.dumps({"rank": rank, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
                   "same_tokens": sampled.tolist() == expected.tolist(), "after": after,
                   "while_sampling": while_sampling, "sharded_forward": sharded_forward,
-                  "norm": float(norm)}), flush=True)
+                  "norm": float(norm)}))
 '''
 
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
-    """The script's JSON line from each of 2 FSDP2 processes (environment as ``accelerate launch --config_file
-    recipes/configs/accelerate/fsdp2.yaml`` sets it)."""
+    """The script's JSON record from each of 2 FSDP2 processes (environment as ``accelerate launch --config_file
+    recipes/configs/accelerate/fsdp2.yaml`` sets it), each in its own file: lines that two processes print to one
+    pipe can interleave."""
     tmp = tmp_path_factory.mktemp("fsdp_learner")
     (tmp / "script.py").write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -78,8 +79,7 @@ def two_processes(tmp_path_factory):
            str(tmp / "script.py"), str(tmp)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')),
-                  key=lambda r: r["rank"])
+    return [json.loads((tmp / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def test_each_process_samples_its_own_number_of_tokens_with_the_whole_models_greedy_choices(two_processes):
