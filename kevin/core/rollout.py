@@ -25,8 +25,8 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they
   were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
   still in the sandbox; when the policy is free, one generate call covers every group that is due, unless another is
-  due before the call would end (`generate_now`). While kernels are in the sandbox, the generate call holds the
-  sandbox's device gates as a correctness run does, so no kernel is timed while the policy uses the device. Which rows
+  due before the call would end (`generate_now`). While kernels are in the sandbox, the generate call runs inside
+  the sandbox's ``device_in_use()``, so no kernel is timed while the policy uses the device. Which rows
   share a generate call then depends on when verdicts arrive: a policy that samples from one random generator draws
   differently than in lockstep (the distribution of each response is the same). A sandbox's batch deadline
   (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call.
@@ -261,9 +261,9 @@ def rollout(
         chunks: how many groups of consecutive trajectories (task-major rows) the pipelined schedule moves
             independently; 1: lockstep (one generate and one ``evaluate_many`` call per turn). None (default):
             :func:`default_chunks` (one per task with kevin's ``Sandbox`` on CUDA, else 1); with ``resample``, 1.
-        evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: as many as kevin's
-            ``Sandbox`` keeps alive at once (``config.workers`` plus two per device), every kernel at once for
-            another sandbox.
+        evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: the sandbox's ``capacity``
+            (kevin's `Sandbox`: its compile workers plus two per device), every kernel at once for a sandbox without
+            one.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:
@@ -428,8 +428,7 @@ class _Pipeline:
                  bar: Any) -> None:
         self.policy, self.sandbox, self.tasks, self.slots, self.history = policy, sandbox, tasks, slots, history
         self.bounds, self.n_turns, self.prompt, self.parse, self.bar = bounds, n_turns, prompt, parse, bar
-        self.gates = _device_gates(sandbox)
-        self.n_slots = evaluation_slots or _sandbox_slots(sandbox, len(self.gates)) or len(slots)
+        self.n_slots = evaluation_slots or getattr(sandbox, "capacity", None) or len(slots)
         self.group_of = [c for c, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
         self.next_turn = [0] * len(bounds)
         self.due = list(range(len(bounds)))  # groups whose next turn can be generated
@@ -439,7 +438,7 @@ class _Pipeline:
         self.intervals: list[tuple[float, float]] = []  # every judged kernel's seconds in the sandbox
         self.judged: list[tuple[int, int]] = []  # ... and its (row, turn)
         self.generate_s: float | None = None  # the last generate call's seconds
-        self.gate_wait_s = 0.0  # seconds the policy waited for the device gates (timings and correctness runs)
+        self.gate_wait_s = 0.0  # seconds the policy waited for the sandbox's devices (kernels being timed)
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
 
@@ -477,7 +476,7 @@ class _Pipeline:
         if self.bar is not None:
             self.bar.set_postfix_str(f"turn {','.join(map(str, turns))}: generating {len(rows)} responses")
         asked = time.perf_counter()
-        with _holding(self.gates if self.futures else []):  # no timing while the policy uses the device
+        with _device_in_use(self.sandbox) if self.futures else contextlib.nullcontext():  # no timing meanwhile
             waited = time.perf_counter() - asked
             generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows])
         self.generate_s, self.gate_wait_s = seconds, self.gate_wait_s + waited
@@ -587,25 +586,11 @@ def _generated_tokens(g: Any) -> int:
     return len(g.token_ids) or (getattr(g, "reported_generated_tokens", None) or 0)
 
 
-def _device_gates(sandbox: Any) -> list[Any]:
-    """The `DeviceGate` of each device kevin's ``Sandbox`` judges on (none for another sandbox)."""
-    gates = getattr(getattr(sandbox, "_devices", None), "gates", None)
-    return [gates[key] for key in sorted(gates, key=str)] if isinstance(gates, dict) else []
-
-
-def _sandbox_slots(sandbox: Any, n_devices: int) -> int | None:
-    """How many candidates kevin's ``Sandbox`` keeps alive at once: its compile workers plus two per device."""
-    workers = getattr(getattr(sandbox, "config", None), "workers", None)
-    return workers + 2 * max(1, n_devices) if isinstance(workers, int) else None
-
-
-@contextlib.contextmanager
-def _holding(gates: Sequence[Any]) -> Any:
-    """Hold every gate as a correctness run does (``shared``), always in the same order: timings wait."""
-    with contextlib.ExitStack() as stack:
-        for gate in gates:
-            stack.enter_context(gate.shared())
-        yield
+def _device_in_use(sandbox: Any) -> Any:
+    """``sandbox.device_in_use()`` (kevin's `Sandbox`: its devices held as a correctness run holds them, so no
+    kernel is timed while the policy computes), or nothing for a sandbox without one."""
+    hold = getattr(sandbox, "device_in_use", None)
+    return hold() if callable(hold) else contextlib.nullcontext()
 
 
 def reparent(

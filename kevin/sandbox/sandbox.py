@@ -393,6 +393,23 @@ class Sandbox:
         finally:
             pool.shutdown(wait=False)
 
+    @property
+    def capacity(self) -> int:
+        """How many candidates this sandbox keeps alive at once: its compile workers plus a short queue per device
+        (more in flight only wait for a slot)."""
+        return self.config.workers + 2 * len(self._devices.slots)
+
+    @contextlib.contextmanager
+    def device_in_use(self) -> Iterator[None]:
+        """Hold every device of this sandbox as a correctness run does: no kernel is timed meanwhile.
+
+        For a caller that computes on the same device between evaluations (a policy decoding while earlier
+        kernels are judged), so that its work never lands inside a kernel's timing. Gates are taken in one order."""
+        with contextlib.ExitStack() as stack:
+            for slot in sorted(self._devices.gates, key=str):
+                stack.enter_context(self._devices.gates[slot].shared())
+            yield
+
     # ------------------------------------------------------------------ stages
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))

@@ -13,7 +13,7 @@ from kevin.core.types import Turn
 from kevin.data.task import Task
 from kevin.sandbox import SandboxConfig
 from kevin.sandbox.result import EvalResult
-from kevin.sandbox.sandbox import DeviceGate, Sandbox, device_gate
+from kevin.sandbox.sandbox import DeviceGate, Sandbox, _Cancelled, device_gate
 
 CODE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass  # KERNEL-MARK-{i}\n"
 
@@ -665,8 +665,8 @@ class _KevinSandbox(Sandbox):
 
     def __init__(self, inner, gate=None, backend="cuda"):  # (Sandbox.__init__ is not called: no cache, no folder)
         self.backend, self.inner = backend, inner
-        if gate is not None:
-            self._devices = SimpleNamespace(gates={"cpu": gate})
+        self.config = SandboxConfig(workers=1)
+        self._devices = SimpleNamespace(gates={"cpu": gate or DeviceGate()}, slots=["cpu"])
 
     def evaluate_many(self, jobs):
         return self.inner.evaluate_many(jobs)
@@ -701,13 +701,22 @@ def test_a_generate_call_made_while_kernels_are_in_the_sandbox_holds_its_device_
     assert gate._shared == 0  # released after each call
 
 
-def test_the_real_sandbox_shows_the_rollout_its_device_gates_and_slots(tmp_path):
-    from kevin.core.rollout import _device_gates, _sandbox_slots
-
+def test_the_sandboxs_capacity_is_its_compile_workers_and_two_per_device(tmp_path):
     sandbox = Sandbox("cpu", SandboxConfig(workers=3, cache_dir=str(tmp_path)))  # (starts no process)
-    gates = _device_gates(sandbox)
-    assert gates == [device_gate("cpu", "cpu")]
-    assert _sandbox_slots(sandbox, len(gates)) == 3 + 2  # 3 compile workers, 2 more for the one device
+    assert sandbox.capacity == 3 + 2  # 3 compile workers, 2 more for the one device
+
+
+def test_while_the_device_is_in_use_a_timing_waits_and_a_correctness_run_does_not(tmp_path):
+    sandbox = Sandbox("cpu", SandboxConfig(workers=1, cache_dir=str(tmp_path)))
+    gate = device_gate("cpu", "cpu")  # the process's one gate for these cores, the sandbox's too
+    with sandbox.device_in_use():
+        assert gate._shared == 1
+        with gate.shared(timeout=0.1):  # a correctness run is admitted beside it
+            pass
+        with pytest.raises(_Cancelled):  # a timing is not: it waits until the hold ends
+            with gate.exclusive(timeout=0.1):
+                pass
+    assert gate._shared == 0
 
 
 def test_beam_search_with_kevins_sandbox_runs_in_lockstep():
