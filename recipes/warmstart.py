@@ -10,7 +10,8 @@ so no kernel reaches the sandbox and every reward is 0. This recipe makes one:
 4. supervised fine-tuning with transformers' ``Trainer``, the loss on the answer tokens only, then the logits
    sharpened by ``--sharpen``; same seed, same weights (`kevin.core.policy.starter.train_starter`);
 5. ``save_pretrained``: into the starter cache (``--output_dir`` unset: the directory ``--model starter`` loads, so
-   the RL recipes never train it a second time) or into ``--output_dir``;
+   the RL recipes never train it a second time) or into ``--output_dir``; with ``--ship``, also into the package
+   (the CPU starter ships there, so a new install unpacks it instead of training);
 6. with ``--eval_tasks N``: ``--eval_samples`` first turns for N train tasks, sampled at ``--temperature`` from the
    saved model (loaded back with ``from_pretrained``), parsed with `kevin.data.parse.parse_response` and judged by
    the real sandbox on this machine's backend; prints the parse, compile and correct shares.
@@ -36,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kevin.core.policy.starter import (StarterConfig, ensure_starter, load_starter_dir, starter_tasks, torch_threads,
-                                       train_starter)
+from kevin.core.policy.starter import (StarterConfig, ensure_starter, load_starter_dir, ship_starter, starter_path,
+                                       starter_tasks, torch_threads, train_starter)
 from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
 
 
@@ -51,6 +52,9 @@ class Config(StarterConfig):
     """training device: "cpu", "cuda" or None (CUDA when available)"""
     threads: int | None = 1
     """torch threads for training and sampling (None: torch's default); on a busy shared machine 1 is the fastest"""
+    ship: bool = False
+    """also copy the starter into the package (`kevin.core.policy.starter.ship_starter`, weights packed to under
+    10 MB), replacing the shipped copy of this backend and shape: run after a change to the corpus or the config"""
     eval_tasks: int = 0
     """after training, judge first turns for this many train tasks (0: no evaluation)"""
     eval_samples: int = 4
@@ -174,6 +178,8 @@ def main(argv: list[str]) -> None:
     cfg = parse_config(Config, argv)
     path = train(cfg)
     print(f"starter: {path}")
+    if cfg.ship:
+        print(f"shipped: {ship_starter(path, starter_path(config=starter_fields(cfg)).name)}")
     if cfg.eval_tasks > 0:
         summary = evaluate(cfg, path)
         print(json.dumps(summary, indent=1))

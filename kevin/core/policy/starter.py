@@ -24,8 +24,9 @@ own first turns are right well under every time and RL has something to improve.
 - **Cache** (`starter_path`, `load_starter`): ``$KEVIN_CACHE_DIR/starter/<backend>-<shape>-<hash>`` (default
   ``~/.cache/kevin/starter/...``) holds ``save_pretrained`` output (``model.safetensors``, the tokenizer) and
   ``starter.json``. The hash covers everything the weights depend on: every training example's text, the
-  config, and this format's version. `load_starter` trains into it when it is missing, under a file lock, so
-  concurrent processes train once.
+  config, and this format's version. `load_starter` fills it when it is missing, under a file lock, so
+  concurrent processes do it once: from the copy shipped in the package (`SHIPPED`, the default CPU starter,
+  weights packed by `pack_state`) when its hash matches, else by training.
 
     model, tokenizer = load_starter("cpu")              # trains once (minutes on 2 cores), then loads
     python recipes/warmstart.py --backend cpu            # the same, as a command; --help lists the options
@@ -51,7 +52,8 @@ from kevin.core.policy.tiny import CHAT_TEMPLATE, EOS_TOKEN, PAD_TOKEN, SPECIAL_
 
 __all__ = ["SHAPES", "StarterConfig", "build_starter_tokenizer", "starter_model_config", "corpus_examples",
            "starter_tasks", "tokenize_example", "train_starter", "sharpen_logits", "torch_threads", "cache_root",
-           "starter_key", "starter_path", "ensure_starter", "load_starter", "load_starter_dir"]
+           "starter_key", "starter_path", "ensure_starter", "load_starter", "load_starter_dir", "SHIPPED", "pack_state",
+           "unpack_state", "ship_starter"]
 
 FORMAT_VERSION = 1  # raise when the tokenizer or the training changes in a way the config does not show
 
@@ -386,6 +388,79 @@ def starter_path(backend: str = "cpu", *, config: StarterConfig | None = None, s
     return cache_root() / f"{cfg.backend}-{cfg.model_shape}-{starter_key(cfg)}"
 
 
+SHIPPED = Path(__file__).resolve().parent / "starters"
+"""Starters shipped inside the package, by cache name (`ship_starter`): a new install unpacks the CPU starter into
+its cache instead of training it."""
+
+PACKED = "model.packed.safetensors"
+INT8_MIN_ELEMENTS = 2**20
+"""`pack_state` stores tensors of at least this many elements (the small starter's token embedding, 2.1M) as int8."""
+
+
+def pack_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` in about 40 % of its fp32 bytes, for shipping: a 2-D tensor of at least `INT8_MIN_ELEMENTS` (the
+    tied token embedding, which is also the output layer) as int8 rows ``q = round(w / s)`` with one fp32 scale per
+    row ``s = max|w_row| / 127`` (``<name>.row_scale``), every other tensor in bf16. `unpack_state` inverts it.
+
+    Error: at most ``s / 2`` per int8 element, bf16's relative 2**-9 elsewhere. The small starter: 21.0 MB of fp32
+    weights ship as 8.4 MB (a package holds at most 10 MB of them; bf16 alone would be 10.5 MB)."""
+    import torch
+
+    packed = {}
+    for name, w in state.items():
+        w = w.detach().to("cpu", torch.float32)
+        if w.dim() == 2 and w.numel() >= INT8_MIN_ELEMENTS:
+            scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+            packed[name] = torch.round(w / scale).to(torch.int8)
+            packed[name + ".row_scale"] = scale
+        else:
+            packed[name] = w.to(torch.bfloat16)
+    return packed
+
+
+def unpack_state(packed: dict[str, Any]) -> dict[str, Any]:
+    """The fp32 tensors of a `pack_state` result: ``q * s`` for int8 rows, the bf16 values otherwise."""
+    import torch
+
+    return {name: w.to(torch.float32) * packed[name + ".row_scale"] if name + ".row_scale" in packed
+            else w.to(torch.float32) for name, w in packed.items() if not name.endswith(".row_scale")}
+
+
+def ship_starter(trained: str | os.PathLike, name: str, *, root: Path = SHIPPED) -> Path:
+    """Copy the starter saved in ``trained`` into the package as ``root/name`` (``name``: its cache name, e.g.
+    ``starter_path().name``), the weights packed (`pack_state`); other shipped copies of the same backend and shape,
+    now stale, are removed. Returns the new directory."""
+    from safetensors.torch import load_file, save_file
+
+    trained, target = Path(trained), root / name
+    scratch = root / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    for f in trained.iterdir():
+        if f.is_file() and f.name != "model.safetensors":
+            shutil.copy2(f, scratch / f.name)
+    save_file(pack_state(load_file(trained / "model.safetensors")), scratch / PACKED, metadata={"format": "pt"})
+    prefix = name.rsplit("-", 1)[0] + "-"
+    for old in root.glob(prefix + "*"):
+        shutil.rmtree(old)
+    os.replace(scratch, target)
+    return target
+
+
+def _unpack_shipped(shipped: Path, out: Path) -> None:
+    """The shipped starter ``shipped`` as an ordinary ``save_pretrained`` directory ``out`` (fp32 weights)."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True)
+    for f in shipped.iterdir():
+        if f.is_file() and f.name != PACKED:
+            shutil.copy2(f, out / f.name)
+    save_file(unpack_state(load_file(shipped / PACKED)), out / "model.safetensors", metadata={"format": "pt"})
+    info = json.loads((out / "starter.json").read_text())
+    info["weights"] = "unpacked from the copy shipped with kevin (bf16; the token embedding int8 per row)"
+    (out / "starter.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
 def _is_complete(path: Path) -> bool:
     return (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file() and \
         (path / "starter.json").is_file()
@@ -406,9 +481,11 @@ def _lock(path: Path):
 
 def ensure_starter(cfg: StarterConfig, *, device: str | None = None, progress: bool = True,
                    overwrite: bool = False, threads: int | None = 1) -> Path:
-    """The cache directory of ``cfg``'s starter, trained into it first when it is missing (or ``overwrite``).
+    """The cache directory of ``cfg``'s starter, filled first when it is missing (or ``overwrite``): from the copy
+    shipped in the package when there is one for this exact config and corpus (`SHIPPED`; not with ``overwrite``),
+    else by training.
 
-    One process trains while the others wait on a file lock; the weights are written to a scratch directory
+    One process fills it while the others wait on a file lock; the weights are written to a scratch directory
     beside it and renamed into place, so the directory is either complete or absent."""
     path = starter_path(config=cfg)
     if _is_complete(path) and not overwrite:
@@ -418,10 +495,15 @@ def ensure_starter(cfg: StarterConfig, *, device: str | None = None, progress: b
         if _is_complete(path) and not overwrite:  # another process trained it while this one waited
             _say(f"found the starter another process trained: {path}", progress)
             return path
-        _say(f"no starter at {path}: training it (once; later loads read it from there)", progress)
         scratch = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         shutil.rmtree(scratch, ignore_errors=True)
-        train_starter(cfg, scratch, device=device, progress=progress, threads=threads)
+        shipped = SHIPPED / path.name
+        if (shipped / PACKED).is_file() and not overwrite:
+            _say(f"unpacking the starter shipped with kevin into {path}", progress)
+            _unpack_shipped(shipped, scratch)
+        else:
+            _say(f"no starter at {path}: training it (once; later loads read it from there)", progress)
+            train_starter(cfg, scratch, device=device, progress=progress, threads=threads)
         if path.exists():
             shutil.rmtree(path)
         os.replace(scratch, path)

@@ -135,3 +135,57 @@ def test_load_model_names_the_starter_by_backend_and_shape_or_by_its_directory(m
     for name in ("starter", "starter:cuda", "starter:cpu:medium", str(tmp_path)):
         models.load_model(name, device=torch.device("cpu"))
     assert seen == [("cpu", None), ("cuda", None), ("cpu", "medium"), (str(tmp_path), None)]
+
+
+def test_packing_stores_a_large_matrix_as_int8_rows_with_one_scale_each(monkeypatch):
+    monkeypatch.setattr(starter, "INT8_MIN_ELEMENTS", 6)
+    w = torch.tensor([[1.0, -0.5, 0.25], [2.0, 0.0, -2.0]])
+    packed = starter.pack_state({"emb": w, "norm": torch.tensor([1.0, 3.0])})
+    # row 0: s = 1/127, q = round(127, -63.5, 31.75) = (127, -64, 32) (half to even); row 1: s = 2/127, q = (127, 0, -127)
+    assert packed["emb"].dtype == torch.int8 and packed["emb"].tolist() == [[127, -64, 32], [127, 0, -127]]
+    assert torch.allclose(packed["emb.row_scale"], torch.tensor([[1 / 127], [2 / 127]]))
+    assert packed["norm"].dtype == torch.bfloat16  # a small tensor: bf16
+
+
+def test_unpacking_gives_fp32_within_half_a_step_of_each_row(monkeypatch):
+    monkeypatch.setattr(starter, "INT8_MIN_ELEMENTS", 6)
+    w = torch.tensor([[1.0, -0.5, 0.25], [2.0, 0.0, -2.0]])
+    back = starter.unpack_state(starter.pack_state({"emb": w, "norm": torch.tensor([1.0, 3.0])}))
+    assert set(back) == {"emb", "norm"} and back["emb"].dtype == back["norm"].dtype == torch.float32
+    # row 0: -64/127 = -0.50394 and 32/127 = 0.25197, each within s/2 = 0.5/127 of the weight; row 1 exact
+    assert torch.allclose(back["emb"], torch.tensor([[1.0, -64 / 127, 32 / 127], [2.0, 0.0, -2.0]]))
+    assert (back["emb"] - w).abs().max() <= 0.5 / 127
+    assert back["norm"].tolist() == [1.0, 3.0]  # exact in bf16
+
+
+def test_a_shipped_starter_fills_the_cache_without_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path / "cache"))
+    trained = tmp_path / "trained"
+    starter.train_starter(TINY, trained, progress=False, device="cpu")
+    name = starter.starter_path(config=TINY).name
+    shipped = starter.ship_starter(trained, name, root=tmp_path / "package")
+    assert shipped.name == name and (shipped / starter.PACKED).is_file() and not (shipped / "model.safetensors").exists()
+    monkeypatch.setattr(starter, "SHIPPED", tmp_path / "package")
+    monkeypatch.setattr(starter, "train_starter", lambda *a, **k: pytest.fail("trained although a copy is shipped"))
+    model, _ = starter.load_starter(config=TINY, progress=False)
+    original, _ = starter.load_starter_dir(trained)
+    for (n, a), (_, b) in zip(model.state_dict().items(), original.state_dict().items()):
+        assert torch.allclose(a, b, rtol=2**-8, atol=b.abs().max().item() / 254), n  # bf16, or half an int8 step
+
+
+def test_shipping_again_replaces_the_stale_copy_of_that_backend_and_shape(tmp_path):
+    trained = tmp_path / "trained"
+    starter.train_starter(TINY, trained, progress=False, device="cpu")
+    root = tmp_path / "package"
+    starter.ship_starter(trained, "cpu-test-0000", root=root)
+    starter.ship_starter(trained, "cuda-test-0000", root=root)
+    starter.ship_starter(trained, "cpu-test-1111", root=root)
+    assert sorted(p.name for p in root.iterdir()) == ["cpu-test-1111", "cuda-test-0000"]
+
+
+def test_the_shipped_cpu_starter_is_the_one_the_default_config_trains_and_under_10_mb():
+    # A change to the corpus or to StarterConfig changes the key: ship again (python recipes/warmstart.py --ship)
+    path = starter.starter_path(config=StarterConfig())
+    shipped = starter.SHIPPED / path.name
+    assert (shipped / starter.PACKED).is_file(), sorted(p.name for p in starter.SHIPPED.iterdir())
+    assert (shipped / starter.PACKED).stat().st_size <= 10 * 10**6
