@@ -88,8 +88,9 @@ class SandboxConfig:
     """compile processes running at once in `Sandbox.evaluate_many`"""
     precompiled_header: bool | None = None
     """build a precompiled <torch/extension.h> (``._pch``, ~0.8 GB per flag set, built once per toolchain in the
-    cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only (on the CPU
-    backend, where tests run, the background build would compete with the timings)"""
+    cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only. On the CPU backend
+    the build holds the cores like a compile, so timings wait for it (about a minute, once per cache): the
+    training recipes turn it on there, a short-lived CPU sandbox is better without it"""
     object_cache: bool = True
     """compile each distinct ``main.cpp`` once across build directories (``._objcache``): candidates that declare
     the same functions with other kernels share the compiled bindings. False = every build compiles its own"""

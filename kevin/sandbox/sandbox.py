@@ -319,12 +319,6 @@ class Sandbox:
         self.backend = self.spec.backend
         self.cache_dir = self.config.resolved_cache_dir()
         os.makedirs(self.cache_dir, exist_ok=True)
-        # A precompiled <torch/extension.h> for candidates' main.cpp, built once per toolchain in the background;
-        # candidates that compile before it is ready build without it (`._pch`).
-        pch = self.config.precompiled_header
-        if pch or (pch is None and self.backend == "cuda"):
-            threading.Thread(target=_pch.ensure, args=(self.cache_dir, self.backend), name="kevin-pch",
-                             daemon=True).start()
         self._seed = self.config.seed if self.config.seed is not None else secrets.randbits(63)
         self._root = tempfile.mkdtemp(prefix="kevin-sandbox-")
         os.chmod(self._root, 0o700)
@@ -349,6 +343,11 @@ class Sandbox:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
         self._devices = _DevicePool(slots, self.backend, self.config.gpu_sharers)
+        # A precompiled <torch/extension.h> for candidates' main.cpp, built once per toolchain in the background;
+        # candidates that compile before it is ready build without it (`._pch`).
+        pch = self.config.precompiled_header
+        if pch or (pch is None and self.backend == "cuda"):
+            threading.Thread(target=self._build_pch, name="kevin-pch", daemon=True).start()
         # Candidate processes alive at once: the compiling ones plus a short queue per device.
         self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
 
@@ -411,6 +410,13 @@ class Sandbox:
             yield
 
     # ------------------------------------------------------------------ stages
+    def _build_pch(self) -> None:
+        """`._pch.ensure` for this backend; on the CPU backend the build runs on the cores that timings are measured
+        on, so it holds the device like a compile: no timing overlaps it (a built PCH is found in milliseconds)."""
+        hold = self._devices.gates["cpu"].shared if self.backend == "cpu" else contextlib.nullcontext
+        with hold():
+            _pch.ensure(self.cache_dir, self.backend)
+
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
         try:

@@ -209,3 +209,16 @@ def test_a_second_build_of_the_same_main_cpp_is_served_from_the_object_cache(pch
     assert len(second) == 1, second
     assert _ninja_seconds(pch_run["build_dir"], "main.o") > 2.0  # the first build compiled it
     assert _ninja_seconds(second[0], "main.o") < 1.0
+
+
+def test_on_the_cpu_backend_the_pch_build_holds_the_cores_so_no_timing_overlaps_it(tmp_path, monkeypatch):
+    import threading
+
+    from kevin.sandbox import SandboxConfig
+    from kevin.sandbox.sandbox import device_gate
+
+    gate, seen, done = device_gate("cpu", "cpu"), [], threading.Event()
+    monkeypatch.setattr(_pch, "ensure", lambda cache_dir, backend: (seen.append(gate._shared), done.set()))
+    Sandbox("cpu", SandboxConfig(precompiled_header=True, cache_dir=str(tmp_path)))
+    assert done.wait(10)
+    assert seen[0] >= 1  # held as a compile holds it: a timing (exclusive) waits until the build ends
