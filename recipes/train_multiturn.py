@@ -237,7 +237,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
-    sandbox = Sandbox(device=device, config=SandboxConfig(workers=workers))
+    sandbox = Sandbox(device=device, config=SandboxConfig(workers=workers, precompiled_header=True))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
     start = run.resume(cfg.resume, **state)
     if not start:
