@@ -15,12 +15,27 @@ SHARED_BUILDS = {"cache_dir": "sandbox", "full_sandbox": "sandbox", "inventory_s
                  "real_rollout": "core_sandbox"}
 
 
+# Groups that take minutes (``--durations``), handed out first, so that neither worker ends the run alone with one
+# of them; xdist would otherwise hand out the groups with the most tests first, and these have few.
+LONG_GROUPS = ("tests/recipes/test_learning.py", "tests/core/policy/engine/test_decoding.py", "sandbox")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order the hook below gives
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
+    group_of = {}
     for item in items:
         groups = sorted({SHARED_BUILDS[f] for f in getattr(item, "fixturenames", ()) if f in SHARED_BUILDS})
         # otherwise its module: a module-scoped fixture runs once
-        item.add_marker(pytest.mark.xdist_group(groups[0] if groups else item.nodeid.split("::")[0]))
+        group_of[item] = groups[0] if groups else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group_of[item]))
+    if hasattr(config, "workerinput"):  # an xdist worker: its collection order is the order groups are handed out
+        rank = {g: i for i, g in enumerate(LONG_GROUPS)}
+        items.sort(key=lambda item: rank.get(group_of[item], len(LONG_GROUPS)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (CUDA not available)")
