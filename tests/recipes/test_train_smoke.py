@@ -60,6 +60,9 @@ def test_metrics_have_the_config_at_step_0_and_namespaced_metrics_for_each_step(
                     "rollout/correct", "time/generation", "time/sandbox", "time/train", "perf/train_tokens_per_s"):
             assert key in r, key
         assert r["time/generation"] > 0 and r["train/tokens"] > 0
+        # the rollout's wait on the sandbox alone, and the seconds both worked at once (generation + sandbox - rollout)
+        assert r["time/sandbox_alone"] == pytest.approx(max(0.0, r["time/rollout"] - r["time/generation"]))
+        assert r["time/overlap"] == pytest.approx(max(0.0, r["time/generation"] + r["time/sandbox"] - r["time/rollout"]))
 
 
 def test_every_step_saves_its_rollout_with_every_turn(two_steps):

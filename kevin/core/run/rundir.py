@@ -22,7 +22,7 @@ from kevin.core.run.loggers import (AccelerateLogger, JsonlLogger, MultiLogger, 
 
 
 REPORT_KEYS = ("step", "reward/score_mean", "reward/return_mean", "rollout/correct", "loss/policy", "train/grad_norm",
-               "time/generation", "time/sandbox", "time/train")
+               "time/generation", "time/sandbox", "time/sandbox_alone", "time/train")
 
 
 def write_run_report(out_dir: str | os.PathLike, *, title: str, summary: str, checkpoint: Any = None,
@@ -243,11 +243,13 @@ class RunDir:
         the rollout; each update's statistics averaged over the updates and the processes; the scores and returns
         (``rewarded``: `kevin.rewards.samples.RewardedRollout` of ``everything``); samples and tokens; the seconds of
         generation, sandbox (summed over this process's ``trajectories``' turns), rollout and training (``started``,
-        ``rolled_out``, ``trained``: ``time.perf_counter()`` readings; the slowest process's) and the throughput. Every
-        process calls it."""
+        ``rolled_out``, ``trained``: ``time.perf_counter()`` readings; the slowest process's), the seconds in which both
+        worked (``time/overlap``, `kevin.core.rollout.overlap_seconds`) and in which the rollout waited on the sandbox
+        alone (``time/sandbox_alone``: rollout minus generation), and the throughput. Every process calls it."""
         import torch
 
         from kevin.core.eval.metrics import metrics_dict
+        from kevin.core.rollout import overlap_seconds
         from kevin.rewards.telemetry import rejection_shares
 
         acc, dev = self.acc, self.acc.device
@@ -263,6 +265,7 @@ class RunDir:
                   "reward/return_mean": returns.mean().item(), "reward/return_std": returns.std().item(),
                   "train/samples": float(scores.numel()), "train/tokens": tokens,
                   "time/generation": seconds[0], "time/sandbox": seconds[1], "time/rollout": seconds[2],
+                  "time/overlap": overlap_seconds(*seconds[:3]), "time/sandbox_alone": max(0.0, seconds[2] - seconds[0]),
                   "time/train": seconds[3], "time/step": time.perf_counter() - started,
                   "perf/train_tokens_per_s": tokens / seconds[3],
                   "perf/mfu": 6 * n_params * tokens / seconds[3] / (peak_flops * acc.num_processes),
