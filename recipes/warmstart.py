@@ -53,8 +53,9 @@ class Config(StarterConfig):
     threads: int | None = 1
     """torch threads for training and sampling (None: torch's default); on a busy shared machine 1 is the fastest"""
     ship: bool = False
-    """also copy the starter into the package (`kevin.core.policy.starter.ship_starter`, weights packed to under
-    10 MB), replacing the shipped copy of this backend and shape: run after a change to the corpus or the config"""
+    """train the starter (as --overwrite) and copy it into the package (`kevin.core.policy.starter.ship_starter`,
+    weights packed to under 10 MB), replacing the shipped copy of this backend and shape: run after any change to
+    the corpus, the config or the training"""
     eval_tasks: int = 0
     """after training, judge first turns for this many train tasks (0: no evaluation)"""
     eval_samples: int = 4
@@ -74,8 +75,9 @@ def starter_fields(cfg: Config) -> StarterConfig:
 
 def train(cfg: Config) -> Path:
     """Steps 1-5: the directory holding the starter's ``save_pretrained`` output."""
-    if cfg.output_dir is None:
-        return ensure_starter(starter_fields(cfg), device=cfg.device, overwrite=cfg.overwrite, threads=cfg.threads)
+    if cfg.output_dir is None:  # --ship trains: a shipped copy is never shipped again as if it were fresh
+        return ensure_starter(starter_fields(cfg), device=cfg.device, overwrite=cfg.overwrite or cfg.ship,
+                              threads=cfg.threads)
     out = Path(cfg.output_dir)
     if out.exists() and any(out.iterdir()):
         if not cfg.overwrite:

@@ -438,7 +438,7 @@ class _Pipeline:
         self.intervals: list[tuple[float, float]] = []  # every judged kernel's seconds in the sandbox
         self.judged: list[tuple[int, int]] = []  # ... and its (row, turn)
         self.generate_s: float | None = None  # the last generate call's seconds
-        self.gate_wait_s = 0.0  # seconds the policy waited for the sandbox's devices (kernels being timed)
+        self.gate_wait_s = 0.0  # seconds the policy waited for the sandbox's devices (a timing running or queued)
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
 

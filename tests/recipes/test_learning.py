@@ -75,7 +75,10 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     # correct kernel scores 0.3 + 0.001, so no timing noise enters the advantages and a seed repeats its run).
     # Correct share by step on the 2-core CPU machine, seed 0: 0.31, 0.75, 0.62, 0.88 (twice, the same); seed 1: 0.38,
     # 0.81, 0.94, 0.75; seed 2: 0.62, 0.50, 0.62, 0.81. Last two steps minus the first: +0.44, +0.47, +0.09 (seed 2's
-    # first step drew well above the starter's usual share). Seed 0 is used; about 3 minutes.
+    # first step drew well above the starter's usual share); the better of the last two: 0.88, 0.94, 0.81. Another
+    # CPU may sample other tokens from the same seed, as another seed would: both bounds hold for all three seeds.
+    # Without learning (a share near the starter's 0.45), two steps of 16 kernels reach 12 correct with p ~ 0.02.
+    # Seed 0 is used; 3-4 minutes.
     from kevin.core.run.loggers import read_jsonl
 
     out = tmp_path / "run"
@@ -86,4 +89,5 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     assert proc.returncode == 0, proc.stderr[-4000:]
     correct = [r["rollout/correct"] for r in read_jsonl(out / "metrics.jsonl") if "rollout/correct" in r]
     assert len(correct) == 4
-    assert (correct[2] + correct[3]) / 2 >= correct[0] + 0.25, correct
+    assert max(correct[2:]) >= 0.75, correct
+    assert (correct[2] + correct[3]) / 2 >= correct[0] + 0.05, correct

@@ -28,8 +28,8 @@ own first turns are right well under every time and RL has something to improve.
   concurrent processes do it once: from the copy shipped in the package (`SHIPPED`, the default CPU starter,
   weights packed by `pack_state`) when its hash matches, else by training.
 
-    model, tokenizer = load_starter("cpu")              # trains once (minutes on 2 cores), then loads
-    python recipes/warmstart.py --backend cpu            # the same, as a command; --help lists the options
+    model, tokenizer = load_starter("cpu")              # the shipped copy, unpacked once into the cache, then loaded
+    python recipes/warmstart.py --overwrite              # train it again (about 11 minutes on 2 cores); --help
     load_model("starter", device=torch.device("cpu"))    # as a recipe's --model
 """
 
@@ -393,6 +393,8 @@ SHIPPED = Path(__file__).resolve().parent / "starters"
 its cache instead of training it."""
 
 PACKED = "model.packed.safetensors"
+SHIP_LIMIT_BYTES = 10 * 10**6
+"""The most packed weights `ship_starter` puts into the package."""
 INT8_MIN_ELEMENTS = 2**20
 """`pack_state` stores tensors of at least this many elements (the small starter's token embedding, 2.1M) as int8."""
 
@@ -402,7 +404,7 @@ def pack_state(state: dict[str, Any]) -> dict[str, Any]:
     tied token embedding, which is also the output layer) as int8 rows ``q = round(w / s)`` with one fp32 scale per
     row ``s = max|w_row| / 127`` (``<name>.row_scale``), every other tensor in bf16. `unpack_state` inverts it.
 
-    Error: at most ``s / 2`` per int8 element, bf16's relative 2**-9 elsewhere. The small starter: 21.0 MB of fp32
+    Error: at most ``s / 2`` per int8 element, bf16's relative 2**-8 elsewhere. The small starter: 21.0 MB of fp32
     weights ship as 8.4 MB (a package holds at most 10 MB of them; bf16 alone would be 10.5 MB)."""
     import torch
 
@@ -429,10 +431,13 @@ def unpack_state(packed: dict[str, Any]) -> dict[str, Any]:
 def ship_starter(trained: str | os.PathLike, name: str, *, root: Path = SHIPPED) -> Path:
     """Copy the starter saved in ``trained`` into the package as ``root/name`` (``name``: its cache name, e.g.
     ``starter_path().name``), the weights packed (`pack_state`); other shipped copies of the same backend and shape,
-    now stale, are removed. Returns the new directory."""
+    now stale, are removed. Returns the new directory. Refuses a starter that was itself unpacked from a shipped
+    copy (shipping it again would refresh nothing) and packed weights over `SHIP_LIMIT_BYTES`."""
     from safetensors.torch import load_file, save_file
 
     trained, target = Path(trained), root / name
+    if "weights" in json.loads((trained / "starter.json").read_text()):
+        raise ValueError(f"{trained} was unpacked from a shipped copy, not trained: train it first (--overwrite)")
     scratch = root / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -440,6 +445,9 @@ def ship_starter(trained: str | os.PathLike, name: str, *, root: Path = SHIPPED)
         if f.is_file() and f.name != "model.safetensors":
             shutil.copy2(f, scratch / f.name)
     save_file(pack_state(load_file(trained / "model.safetensors")), scratch / PACKED, metadata={"format": "pt"})
+    if (size := (scratch / PACKED).stat().st_size) > SHIP_LIMIT_BYTES:
+        shutil.rmtree(scratch)
+        raise ValueError(f"the packed weights take {size:,} bytes, over the {SHIP_LIMIT_BYTES:,} a package may hold")
     prefix = name.rsplit("-", 1)[0] + "-"
     for old in root.glob(prefix + "*"):
         shutil.rmtree(old)

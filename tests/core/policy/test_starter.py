@@ -189,3 +189,24 @@ def test_the_shipped_cpu_starter_is_the_one_the_default_config_trains_and_under_
     shipped = starter.SHIPPED / path.name
     assert (shipped / starter.PACKED).is_file(), sorted(p.name for p in starter.SHIPPED.iterdir())
     assert (shipped / starter.PACKED).stat().st_size <= 10 * 10**6
+
+
+def test_a_starter_unpacked_from_a_shipped_copy_is_not_shipped_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path / "cache"))
+    trained = tmp_path / "trained"
+    starter.train_starter(TINY, trained, progress=False, device="cpu")
+    name = starter.starter_path(config=TINY).name
+    monkeypatch.setattr(starter, "SHIPPED", tmp_path / "package")
+    starter.ship_starter(trained, name, root=tmp_path / "package")
+    unpacked = starter.ensure_starter(TINY, progress=False)
+    with pytest.raises(ValueError, match="unpacked from a shipped copy"):
+        starter.ship_starter(unpacked, name, root=tmp_path / "package")
+
+
+def test_packed_weights_over_the_limit_are_not_shipped(tmp_path, monkeypatch):
+    trained = tmp_path / "trained"
+    starter.train_starter(TINY, trained, progress=False, device="cpu")
+    monkeypatch.setattr(starter, "SHIP_LIMIT_BYTES", 1000)  # the test model's packed weights take more
+    with pytest.raises(ValueError, match="over the 1,000"):
+        starter.ship_starter(trained, "cpu-test-0000", root=tmp_path / "package")
+    assert not any((tmp_path / "package").iterdir())  # nothing left behind

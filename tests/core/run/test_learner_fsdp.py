@@ -54,10 +54,12 @@ loss = lrn.model(input_ids=prompt).logits.float().pow(2).mean()
 acc.backward(loss)
 norm = acc.clip_grad_norm_(lrn.params, 1.0)
 lrn.optimizer.step()
-open(f"{sys.argv[1]}/rank{rank}.json", "w").write(json.dumps({"rank": rank, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
+record = json.dumps({"rank": rank, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
                   "same_tokens": sampled.tolist() == expected.tolist(), "after": after,
                   "while_sampling": while_sampling, "sharded_forward": sharded_forward,
-                  "norm": float(norm)}))
+                  "norm": float(norm)})
+with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
+    f.write(record)
 '''
 
 
