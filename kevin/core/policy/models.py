@@ -9,7 +9,7 @@ import torch
 
 
 def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = True, lora_rank: int = 0,
-               gradient_checkpointing: bool = False) -> tuple[Any, Any]:
+               gradient_checkpointing: bool = False, empty: bool = False) -> tuple[Any, Any]:
     """(model, tokenizer) on ``device``; ``lora_rank`` > 0 wraps it in a peft LoRA (alpha = 2 x rank, every linear).
 
     "tiny": the random CPU policy of `kevin.core.policy.tiny` (``seed`` fixes its weights); "starter",
@@ -21,6 +21,11 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
     ``from_pretrained`` (left padding, the EOS token as padding when there is none). Weights are bf16 only for a
     LoRA on CUDA with ``bf16`` (the frozen base); a full fine-tune keeps fp32 weights under bf16 autocast.
     Dropout is switched off (`disable_dropout`).
+
+    ``empty``: for a process whose weights will come from another's (FSDP2 broadcasts the main process's copy while
+    sharding): a hub model, "random:<shape>" or "tiny" is built from its config with every parameter on the meta
+    device (accelerate's ``init_empty_weights``: nothing read or initialised, buffers real), so the weights are read
+    once per node, not once per process. A starter loads as usual (a few million weights).
     """
     dtype = torch.bfloat16 if bf16 and lora_rank > 0 and device.type == "cuda" else torch.float32
     if name == "starter" or name.startswith("starter:"):
@@ -35,16 +40,23 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
     elif name == "tiny" or name.startswith("random:"):
         from kevin.core.policy.tiny import build_random_model, build_tiny_model, build_tiny_tokenizer
         tokenizer = build_tiny_tokenizer()
-        if name == "tiny":
-            model = build_tiny_model(tokenizer, seed=seed).to(device)
-        else:
-            model = build_random_model(name.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
+        with _empty_weights(empty):
+            if name == "tiny":
+                model = build_tiny_model(tokenizer, seed=seed)
+                model = model if empty else model.to(device)
+            else:
+                model = build_random_model(name.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         check_model_name(name)
         tokenizer = saved_generic_tokenizer(name) or AutoTokenizer.from_pretrained(name, padding_side="left")
         tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device)
+        if empty:
+            model = _empty_pretrained(name, dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(device)
+    if empty:  # built under init_empty_weights, a tied output layer is a second meta tensor until tied again
+        model.tie_weights()
     disable_dropout(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -53,6 +65,29 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model, tokenizer
+
+
+def _empty_weights(empty: bool) -> Any:
+    """accelerate's ``init_empty_weights`` (parameters made on the meta device) when ``empty``, else nothing."""
+    import contextlib
+
+    from accelerate import init_empty_weights
+
+    return init_empty_weights() if empty else contextlib.nullcontext()
+
+
+def _empty_pretrained(name: str, dtype: Any) -> Any:
+    """The hub model ``name`` built from its config with meta parameters, and its own generation config (the EOS
+    tokens sampling stops at), reading no weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    with _empty_weights(True):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(name), dtype=dtype)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(name)
+    except OSError:  # the model has none: from_config's, made from its config
+        pass
+    return model
 
 
 def saved_generic_tokenizer(name: str) -> Any | None:

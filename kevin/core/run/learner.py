@@ -98,20 +98,24 @@ def build_learner(acc: Any, model: str, *, seed: int, bf16: bool, lora_rank: int
     are trained), identical on every process (``seed``): AdamW at ``lr`` after ``warmup_steps`` of linear warm-up, then
     constant; a frozen copy of the initial model as ``ref`` when ``kl_reference`` and no LoRA.
 
-    Sharded (FSDP2): every process reads the model on the host (as `load_model` gives it: fp32 for a full fine-tune;
-    transformers' own rank-0-only loading is switched off, since `load_model` moves the model after reading it), never
-    whole onto the accelerator; accelerate's FSDP2 plugin shards it there (with ``fsdp_cpu_ram_efficient_loading``:
-    from the main process's copy, the others' moved to the meta device first), keeps fp32 master weights, computes in
-    bf16 with ``bf16`` on CUDA and reduces gradients in fp32, as DDP under autocast does."""
+    Sharded (FSDP2): the main process reads the model on the host (as `load_model` gives it: fp32 for a full
+    fine-tune), never whole onto the accelerator; with ``fsdp_cpu_ram_efficient_loading`` (the shipped configs) the
+    others build it with meta parameters and read nothing (`load_model`'s ``empty``; without it, or with a KL
+    reference to copy, every process reads it), and accelerate's FSDP2 plugin shards it on the accelerator from the
+    main process's copy. FSDP2 keeps fp32 master weights, computes in bf16 with ``bf16`` on CUDA and reduces
+    gradients in fp32, as DDP under autocast does."""
     from accelerate.utils import set_seed
 
     from kevin.core.policy.models import load_model
 
     sharded = is_sharded(acc)
     set_seed(seed)  # identical model init on every process
+    # FSDP2 broadcasting the main process's weights while sharding: the others need none (a KL reference copies them)
+    empty = (sharded and acc.state.fsdp_plugin.cpu_ram_efficient_loading and not acc.is_main_process
+             and not (kl_reference and lora_rank <= 0))
     with _env("FSDP_CPU_RAM_EFFICIENT_LOADING", "false"):  # transformers' meta weights would not survive `load_model`
         net, tokenizer = load_model(model, device=torch.device("cpu") if sharded else acc.device, seed=seed, bf16=bf16,
-                                    lora_rank=lora_rank, gradient_checkpointing=gradient_checkpointing)
+                                    lora_rank=lora_rank, gradient_checkpointing=gradient_checkpointing, empty=empty)
     ref = copy.deepcopy(net).to(acc.device).eval().requires_grad_(False) if kl_reference and lora_rank <= 0 else None
     optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     warmup = max(1, warmup_steps)

@@ -1,5 +1,6 @@
 """kevin.core.policy.models: one name to a (model, tokenizer), on the CPU."""
 
+import pytest
 import torch
 
 from kevin.core.policy.models import load_model
@@ -80,3 +81,20 @@ def test_disable_dropout_zeroes_the_configs_dropout_fields():
     model.config.attention_dropout = 0.25  # read again by nothing built yet: the config alone
     disable_dropout(model)
     assert model.config.attention_dropout == 0.0
+
+
+def test_an_empty_hub_model_reads_no_weights_but_keeps_its_shapes_buffers_tie_and_generation_config(tmp_path):
+    from kevin.core.policy.tiny import build_tiny_model, build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    saved = build_tiny_model(tok, seed=0)
+    saved.generation_config.eos_token_id = [tok.eos_token_id, 7]
+    saved.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()  # nothing to read: a load that reads weights fails
+    model, _ = load_model(str(tmp_path), device=torch.device("cpu"), bf16=False, empty=True)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert {n: p.shape for n, p in model.named_parameters()} == {n: p.shape for n, p in saved.named_parameters()}
+    assert all(b.device.type == "cpu" for b in model.buffers())  # rotary frequencies: not in the weights broadcast
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.generation_config.eos_token_id == [tok.eos_token_id, 7]

@@ -26,6 +26,11 @@ from kevin.core.policy.models import load_model
 from kevin.core.run.learner import accelerator, build_learner
 
 import torch.distributed as dist
+import kevin.core.policy.models as models
+
+loaded_on, load_model = [], models.load_model
+models.load_model = lambda *a, **k: (lambda out: (loaded_on.append(next(out[0].parameters()).device.type), out)[1])(
+    load_model(*a, **k))
 
 gathers, all_gather_single = [], dist.all_gather_single
 dist.all_gather_single = lambda *args, **kwargs: (gathers.append(1), all_gather_single(*args, **kwargs))[1]
@@ -54,7 +59,7 @@ loss = lrn.model(input_ids=prompt).logits.float().pow(2).mean()
 acc.backward(loss)
 norm = acc.clip_grad_norm_(lrn.params, 1.0)
 lrn.optimizer.step()
-record = json.dumps({"rank": rank, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
+record = json.dumps({"rank": rank, "loaded_on": loaded_on, "sharded": lrn.sharded, "whole_inside": whole, "new": sampled.shape[1] - 4,
                   "same_tokens": sampled.tolist() == expected.tolist(), "after": after,
                   "while_sampling": while_sampling, "sharded_forward": sharded_forward,
                   "norm": float(norm)})
@@ -100,3 +105,9 @@ def test_inside_the_context_every_parameter_is_the_whole_initial_weight(two_proc
 def test_after_sampling_the_parameters_are_shards_again_and_a_training_step_runs(two_processes):
     assert [r["after"] for r in two_processes] == [["DTensor"], ["DTensor"]]
     assert two_processes[0]["norm"] == two_processes[1]["norm"] > 0  # the one norm of the whole gradient
+
+
+def test_only_the_main_process_makes_weights_the_others_build_on_the_meta_device(two_processes):
+    # fsdp_cpu_ram_efficient_loading: process 1's weights come from process 0's in the broadcast while sharding (and
+    # are then the whole initial model's: test_inside_the_context_every_parameter_is_the_whole_initial_weight)
+    assert [r["loaded_on"] for r in two_processes] == [["cpu"], ["meta"]]
