@@ -348,8 +348,7 @@ class Sandbox:
         pch = self.config.precompiled_header
         if pch or (pch is None and self.backend == "cuda"):
             threading.Thread(target=self._build_pch, name="kevin-pch", daemon=True).start()
-        # Candidate processes alive at once: the compiling ones plus a short queue per device.
-        self._live = threading.Semaphore(self.config.workers + 2 * len(slots))
+        self._live = threading.Semaphore(self.capacity)  # candidate processes alive at once
 
     # ------------------------------------------------------------------ public API
     def evaluate(self, task: Any, candidate_src: str) -> EvalResult:

@@ -77,7 +77,7 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     # 0.81, 0.94, 0.75; seed 2: 0.62, 0.50, 0.62, 0.81. Last two steps minus the first: +0.44, +0.47, +0.09 (seed 2's
     # first step drew well above the starter's usual share); the better of the last two: 0.88, 0.94, 0.81. Another
     # CPU may sample other tokens from the same seed, as another seed would: both bounds hold for all three seeds.
-    # Without learning (a share near the starter's 0.45), two steps of 16 kernels reach 12 correct with p ~ 0.02.
+    # Without learning (a share near the starter's 0.45), two steps of 16 kernels reach 12 correct with p ~ 0.03.
     # Seed 0 is used; 3-4 minutes.
     from kevin.core.run.loggers import read_jsonl
 

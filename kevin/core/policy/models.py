@@ -71,9 +71,11 @@ def _empty_weights(empty: bool) -> Any:
     """accelerate's ``init_empty_weights`` (parameters made on the meta device) when ``empty``, else nothing."""
     import contextlib
 
+    if not empty:
+        return contextlib.nullcontext()
     from accelerate import init_empty_weights
 
-    return init_empty_weights() if empty else contextlib.nullcontext()
+    return init_empty_weights()
 
 
 def _empty_pretrained(name: str, dtype: Any) -> Any:

@@ -29,8 +29,15 @@ import torch.distributed as dist
 import kevin.core.policy.models as models
 
 loaded_on, load_model = [], models.load_model
-models.load_model = lambda *a, **k: (lambda out: (loaded_on.append(next(out[0].parameters()).device.type), out)[1])(
-    load_model(*a, **k))
+
+
+def recording_load_model(*args, **kwargs):  # where each process's model was made: "cpu" (weights read) or "meta"
+    net, tokenizer = load_model(*args, **kwargs)
+    loaded_on.append(next(net.parameters()).device.type)
+    return net, tokenizer
+
+
+models.load_model = recording_load_model
 
 gathers, all_gather_single = [], dist.all_gather_single
 dist.all_gather_single = lambda *args, **kwargs: (gathers.append(1), all_gather_single(*args, **kwargs))[1]

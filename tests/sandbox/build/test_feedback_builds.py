@@ -133,7 +133,7 @@ def test_an_nvcc_error_maps_to_the_candidates_cuda_sources_line(build_errors):
 def test_the_workers_build_error_message_is_the_compilers_output_without_the_build_directory(build_errors):
     message = build_errors["cpp"]
     assert message is not None
-    assert "_extension.BuildError: Error building extension 'kevin_fb_cpp':\n" in message
+    assert "kevin.sandbox.build.extension.BuildError: Error building extension 'kevin_fb_cpp':\n" in message
     assert "main.cpp:7:12: error: " in message  # after load_inline's <torch/extension.h> line
     assert "FAILED:" not in message and "-isystem" not in message and "ninja:" not in message
     assert_path_free(message)

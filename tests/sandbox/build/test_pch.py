@@ -37,7 +37,7 @@ def pch_cache(tmp_path_factory) -> dict:
     """A cache whose CPU ``-O3`` PCH two processes asked for at once; their stdout/stderr."""
     cache = str(tmp_path_factory.mktemp("kevin-pch"))
     code = ("import logging, sys; logging.basicConfig(level=logging.INFO)\n"
-            "from kevin.sandbox import _pch\n"
+            "from kevin.sandbox.build import pch as _pch\n"
             "print(_pch.ensure(sys.argv[1], 'cpu', [('-O3',)])[0])")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kevin.__file__))}
     procs = [subprocess.Popen([sys.executable, "-c", code, cache], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
