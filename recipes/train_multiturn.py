@@ -281,7 +281,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         # 4. log (every process's trajectories, losses averaged over processes), checkpoint
         run.log_step(step + 1, trajectories, everything, rewarded, updates, started=t0, rolled_out=t_rollout,
                      trained=t_train, n_params=sum(p.numel() for p in lrn.net.parameters()), peak_flops=cfg.peak_flops)
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        if cfg.checkpoint_every and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             run.checkpoint(step + 1, keep=cfg.keep_checkpoints, **state)
         acc.wait_for_everyone()
 

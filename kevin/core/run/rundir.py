@@ -126,7 +126,7 @@ class RunConfig:
     overwrite: bool = False
     """delete an earlier run's files in output_dir and start afresh (without it the recipe refuses to mix them)"""
     checkpoint_every: int = 1
-    """save a checkpoint every this many steps (and after the last)"""
+    """save a checkpoint every this many steps (and after the last); 0: never (the run cannot be resumed)"""
     keep_checkpoints: int = 2
     """how many recent checkpoints to keep (0: all)"""
     tracker: str = "none"
