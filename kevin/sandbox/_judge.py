@@ -409,6 +409,8 @@ class CandidateRun:
             where = str(msg.data.get("phase", "unknown"))
             text = str(msg.data.get("message", ""))
             details["traceback"] = text
+            if msg.data.get("out_of_memory") is True:
+                details["out_of_memory"] = where
             if where == "import":
                 return EvalResult("compile_error", feedback.compile_error_feedback(text, source=self.src), details=details)
             return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),

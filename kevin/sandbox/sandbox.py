@@ -450,52 +450,18 @@ class Sandbox:
         marks = {"start": t0}
         state.enter("queue")
         with state.holding(self._live):
-            max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
             slot = self._devices.assign()
             self._prefetch_golden(task_src, slot)
-            # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
-            # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
-            compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
-            with state.holding(self._compile_slots), state.within(compiling)():
-                state.enter("compile")
-                zygote = self._get_zygote()
-                marks["spawned"] = time.monotonic()
-                run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
-                                          gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
-                                          zygote=zygote, deadline=state.deadline)
-                state.run = run
-                try:
-                    state.check()
-                    failed = run.wait_imported()
-                except BaseException:
-                    run.close()
-                    raise
-            try:
-                if failed is not None:
-                    return failed
-                marks["compiled"] = time.monotonic()
-                state.enter("golden")
-                golden_key = _resolve.sha256(task_src)
-                golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
-                try:
-                    if golden.error is not None:
-                        return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                            "the reference program itself failed in the sandbox; this task cannot be evaluated"),
-                            details={"golden_error": golden.error})
-                    baselines = self._baselines_of(task_src, slot) if self.config.measure_speed else {}
-                    marks["golden"] = time.monotonic()
-                    state.check()
-                    gate = self._devices.gates[slot]
-                    checks = gate.shared if self.config.parallel_checks else gate.exclusive
-                    result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
-                                       reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
-                                       checks=state.within(checks, "correctness"),
-                                       timing=state.within(gate.exclusive, "timing"))
-                    result = dataclasses.replace(result, baselines_ms=dict(baselines))
-                finally:
-                    self._golden.release(golden_key)
-            finally:
-                run.close()
+            result, zygote, judged = self._attempt(task_src, src, state, slot, marks,
+                                                   alone=not self.config.parallel_checks)
+            if result.status == "runtime_error" and "out_of_memory" in result.details and self.config.parallel_checks:
+                # The device's memory is shared by the processes that share it, so the allocation that failed may
+                # have been another's doing: judged again, from a fresh process, with the device alone.
+                first = {k: result.details[k] for k in ("out_of_memory", "traceback") if k in result.details}
+                result, zygote, judged = self._attempt(task_src, src, state, slot, marks, alone=True)
+                result = dataclasses.replace(result, details={**result.details, "judged_again_alone": first})
+            if not judged:  # it failed to build, or its task's reference did
+                return result
         details = dict(result.details)
         marks["done"] = time.monotonic()
         marks.update(result.details.get("marks", {}))
@@ -504,6 +470,55 @@ class Sandbox:
                        forked=zygote is not None,
                        timeline={k: round(v - t0, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
         return dataclasses.replace(result, details=details)
+
+    def _attempt(self, task_src: str, src: str, state: "_JobState", slot: Any, marks: dict[str, float], *,
+                 alone: bool) -> tuple[EvalResult, Any, bool]:
+        """Build (or load from the cache) and judge ``src`` once on ``slot``; ``alone``: its correctness run has the
+        device to itself (a timing always has). Returns the result, the zygote it was forked from (or None) and
+        whether it was judged (False: it failed to build, or the task's reference failed)."""
+        max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
+        # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
+        # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
+        compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
+        with state.holding(self._compile_slots), state.within(compiling)():
+            state.enter("compile")
+            zygote = self._get_zygote()
+            marks["spawned"] = time.monotonic()
+            run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
+                                      gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
+                                      zygote=zygote, deadline=state.deadline)
+            state.run = run
+            try:
+                state.check()
+                failed = run.wait_imported()
+            except BaseException:
+                run.close()
+                raise
+        try:
+            if failed is not None:
+                return failed, zygote, False
+            marks["compiled"] = time.monotonic()
+            state.enter("golden")
+            golden_key = _resolve.sha256(task_src)
+            golden = self._golden.acquire(golden_key, lambda: self._compute_golden(task_src, slot))
+            try:
+                if golden.error is not None:
+                    return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                        "the reference program itself failed in the sandbox; this task cannot be evaluated"),
+                        details={"golden_error": golden.error}), zygote, False
+                baselines = self._baselines_of(task_src, slot) if self.config.measure_speed else {}
+                marks["golden"] = time.monotonic()
+                state.check()
+                gate = self._devices.gates[slot]
+                result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
+                                   reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
+                                   checks=state.within(gate.exclusive if alone else gate.shared, "correctness"),
+                                   timing=state.within(gate.exclusive, "timing"))
+                return dataclasses.replace(result, baselines_ms=dict(baselines)), zygote, True
+            finally:
+                self._golden.release(golden_key)
+        finally:
+            run.close()
 
     def _prefetch_golden(self, task_src: str, slot: Any) -> None:
         """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.

@@ -129,3 +129,21 @@ def test_a_deadline_must_be_positive(dynamic_sandbox):
 
     with pytest.raises(ValueError, match="deadline_s"):
         dynamic_sandbox.evaluate_many([(RELU_TASK, "x")], deadline_s=0)
+
+
+def test_an_out_of_memory_error_is_judged_again_alone_and_stays_a_runtime_error(dynamic_sandbox, warm_builds):
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("crash_out_of_memory"))
+    assert r.status == "runtime_error"
+    assert "out of memory" in r.feedback
+    assert r.details["judged_again_alone"]["out_of_memory"] == "forward on input set 0"
+
+
+def test_an_honest_kernel_short_of_memory_once_is_judged_correct_on_its_second_run(dynamic_sandbox, warm_builds,
+                                                                                   tmp_path):
+    # the first run's process raises the device's out-of-memory error, as another process's memory can make it
+    # do; judged again from a fresh process with the device alone, it computes and passes
+    src = load_candidate("honest_relu_short_of_memory_once").replace("MARKER_PATH", str(tmp_path / "ran"))
+    r = dynamic_sandbox.evaluate(RELU_TASK, src)
+    assert r.status == "correct", r.feedback
+    assert (tmp_path / "ran").exists()
+    assert "out_of_memory" in r.details["judged_again_alone"]

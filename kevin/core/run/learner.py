@@ -170,7 +170,8 @@ def full_parameters(model: Any) -> Iterator[Any]:
         return
     states = [unit._get_fsdp_state() for unit in units]
     states[0]._lazy_init()  # the root's one-time setup first (no collective), so that it is not done in here
-    saved = [(s._auto_reshard_after_forward, [g.post_forward_mesh_info for g in s._fsdp_param_groups]) for s in states]
+    saved = [(getattr(s, "_auto_reshard_after_forward", None), [g.post_forward_mesh_info for g in _param_groups(s)])
+             for s in states]
     for unit in units:
         unit.set_reshard_after_forward(False, recurse=False)
         unit.unshard()
@@ -178,8 +179,17 @@ def full_parameters(model: Any) -> Iterator[Any]:
         yield model
     finally:
         for state, (auto, infos) in zip(states, saved):
-            state._auto_reshard_after_forward = auto
-            for group, info in zip(state._fsdp_param_groups, infos):
+            if auto is not None:
+                state._auto_reshard_after_forward = auto
+            for group, info in zip(_param_groups(state), infos):
                 group.post_forward_mesh_info = info
         for unit in units:
             unit.reshard()
+
+
+def _param_groups(state: Any) -> list[Any]:
+    """An FSDP2 unit's parameter groups: a list from torch 2.13, at most one group (or None) before."""
+    if hasattr(state, "_fsdp_param_groups"):
+        return list(state._fsdp_param_groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [] if group is None else [group]

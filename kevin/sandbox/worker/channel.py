@@ -109,6 +109,13 @@ def error_text(exc: BaseException, limit: int = 4000) -> str:
     return text[-limit:]
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's device out-of-memory error (the sandbox judges such a candidate again alone)."""
+    torch = sys.modules.get("torch")
+    kind = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return isinstance(kind, type) and isinstance(exc, kind)
+
+
 def run_main(main: Any) -> None:
     """Run ``main(job, channel)``; report an uncaught exception as an ``error`` event; exit 0."""
     job, channel = parse_argv(sys.argv)
@@ -116,7 +123,8 @@ def run_main(main: Any) -> None:
         main(job, channel)
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report
         try:
-            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc, 20000))
+            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc, 20000),
+                         out_of_memory=_out_of_memory(exc))
         except OSError:
             pass
     sys.stdout.flush()
