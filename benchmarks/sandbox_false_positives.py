@@ -163,6 +163,7 @@ def summarize(records: list[dict], batch_seconds: list[float]) -> dict:
         if kind in ("honest", "load"):
             bad = [r for r in rs if r["status"] != "correct"]
             entry["rejected"] = len(bad)
+            entry["judged_again_alone"] = sum("judged_again_alone" in (r.get("details") or {}) for r in rs)
             entry["reasons"] = dict(collections.Counter(_reason_key(r["feedback"]) for r in bad).most_common())
             entry["rejected_examples"] = [f"{r['label']} (round {r['round']}): {r['feedback'][:300]}" for r in bad[:20]]
             times = [r["runtime_ms"] for r in rs if r["runtime_ms"]]
@@ -192,7 +193,8 @@ def print_summary(s: dict) -> None:
         if not e:
             continue
         print(f"{kind}: {e['evaluations']} evaluations, {e['rejected']} rejected, statuses {e['statuses']}, "
-              f"runtime span {e['runtime_ms_span']} ms")
+              f"runtime span {e['runtime_ms_span']} ms, judged again alone after running out of device memory: "
+              f"{e.get('judged_again_alone', 0)}")
         if "worst_wall_margin" in e:
             print(f"  worst wall-check margin (implied/reported): {e['worst_wall_margin']}")
         for reason, n in e["reasons"].items():
