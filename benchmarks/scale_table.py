@@ -35,7 +35,8 @@ def cell(arch: dict, gpus: int, kwargs: dict, shape: dict) -> str:
         kwargs = dict(kwargs, cache_budget_gib=cache)
     fp = footprint(arch, gpus=gpus, **kwargs, **shape)
     verdict = "fits" if max(fp.sampling, fp.training) <= H200_GIB else "**does not fit**"
-    return f"{verdict}: sampling {fp.sampling:.0f} (KV cache {fp.kv_cache:.0f}), training {fp.training:.0f}"
+    host = f"; host memory {fp.host:.0f} on the node" if fp.host else ""
+    return f"{verdict}: sampling {fp.sampling:.0f} (KV cache {fp.kv_cache:.0f}), training {fp.training:.0f}{host}"
 
 
 def rows(prompt_tokens: int, new_tokens: int) -> list[str]:

@@ -67,14 +67,16 @@ def _cleanup(root: str, zygotes: list) -> None:
 
 
 class _GoldenCache:
-    """Golden data of at most ``capacity`` tasks, in memory and on disk (inputs can be gigabytes per task).
+    """Golden data of at most ``capacity`` tasks and ``max_bytes`` bytes, in memory and on disk (inputs can be
+    gigabytes per task).
 
-    The least recently used task is dropped, and its directory deleted, once no candidate is using it;
-    dropping only costs a recomputation (the same secret seed gives the same inputs).
+    Past either bound, the least recently used task is dropped, and its directory deleted, once no candidate is
+    using it; dropping only costs a recomputation (the same secret seed gives the same inputs).
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, max_bytes: int | None = None):
         self.capacity = max(1, capacity)
+        self.max_bytes = max_bytes
         self.entries: OrderedDict[str, _golden_run.Golden] = OrderedDict()
         self.users: dict[str, int] = {}
         self._key_locks: dict[str, threading.Lock] = {}
@@ -110,14 +112,29 @@ class _GoldenCache:
             self.users[key] = self.users.get(key, 1) - 1
             self._evict()
 
+    def _over(self) -> bool:
+        if len(self.entries) > self.capacity:
+            return True
+        return self.max_bytes is not None and sum(_golden_bytes(g) for g in self.entries.values()) > self.max_bytes
+
     def _evict(self) -> None:
-        while len(self.entries) > self.capacity:
+        while self._over():
             victim = next((k for k in self.entries if self.users.get(k, 0) <= 0), None)
             if victim is None:
                 return
             golden = self.entries.pop(victim)
             if golden.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(golden.inputs_path)), ignore_errors=True)
+
+
+def _golden_bytes(golden: _golden_run.Golden) -> int:
+    """The bytes ``golden`` holds: its inputs file and its outputs (tensors, or their serialised bytes)."""
+    size = os.path.getsize(golden.inputs_path) if golden.inputs_path and os.path.exists(golden.inputs_path) else 0
+    for outputs in (golden.outputs, golden.sub_outputs):
+        for value in outputs.values():
+            nbytes = getattr(value, "nbytes", None)
+            size += int(nbytes) if nbytes is not None else len(value) if isinstance(value, (bytes, bytearray)) else 0
+    return size
 
 
 class DeviceGate:
@@ -325,7 +342,7 @@ class Sandbox:
         self._zygote: list[_process.Zygote] = []  # started lazily; a list so the finalizer sees it
         self._zygote_failed = False
         self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
-        self._golden = _GoldenCache(self.config.max_golden_tasks)
+        self._golden = _GoldenCache(self.config.max_golden_tasks, self.config.max_golden_bytes)
         self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
         self._baselines: dict[str, dict[str, float]] = {}  # baseline key -> {name: ms}, first timings (never from disk)
         self._lock = threading.Lock()

@@ -277,6 +277,27 @@ def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_u
     assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
 
 
+def test_the_golden_cache_drops_the_least_recently_used_free_task_past_its_byte_budget(tmp_path):
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox.sandbox import _GoldenCache
+
+    def make(name, n_bytes):
+        d = tmp_path / f"golden-{name}" / name
+        d.mkdir(parents=True)
+        (d / "inputs.safetensors").write_bytes(b"x" * n_bytes)
+        outputs = {"set0.out0": torch.zeros(25)}  # 25 float32 = 100 bytes
+        return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"), outputs=outputs)
+
+    cache = _GoldenCache(capacity=10, max_bytes=500)
+    cache.acquire("a", make("a", 200))  # 200 + 100 = 300 bytes
+    cache.release("a")
+    cache.acquire("b", make("b", 100))  # 300 + 200 = 500: within the budget, both kept
+    assert set(cache.entries) == {"a", "b"}
+    cache.acquire("c", make("c", 0))  # 500 + 100 = 600 > 500: "a" (free, least recently used) goes
+    assert set(cache.entries) == {"b", "c"}
+    assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
+
+
 def test_golden_outputs_reach_the_parent_without_ever_being_written_to_disk(tmp_path):
     from kevin.sandbox._golden_run import run_golden
 

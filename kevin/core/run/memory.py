@@ -82,6 +82,9 @@ class Footprint:
     kv_cache: float
     gradients: float
     activations: float
+    host: float = 0.0
+    """host memory on the node for the offloaded training state (FSDP2 CPU offload: fp32 weights, gradients and
+    AdamW moments, 16 bytes a parameter, all of them on a node of one or more GPUs); 0 without offload"""
 
     @property
     def sampling(self) -> float:
@@ -122,5 +125,6 @@ def footprint(arch: dict, *, lora_rank: int = 0, gpus: int = 1, offload: bool = 
         kv = min(kv, cache_budget_gib * GIB)
     n = micro_batch * tokens
     activations = n * h * 2 * arch["num_hidden_layers"] + n * (4 * h + 3 * arch["intermediate_size"]) * 2
+    host = 16 * p if offload and lora_rank == 0 else 0
     return Footprint(state=state / GIB, sampler_copy=copy / GIB, kv_cache=kv / GIB,
-                     gradients=gradients / GIB, activations=activations / GIB)
+                     gradients=gradients / GIB, activations=activations / GIB, host=host / GIB)

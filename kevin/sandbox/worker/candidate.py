@@ -223,6 +223,12 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         for i, o in enumerate(snap):
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
     run.recheck_outputs = {}
+    if device.type == "cuda":
+        # The parent hands the device to the next timing on this report, while this process lives on until it
+        # is killed: what the timing held (the pool, the rechecks' sources, the allocator's cache of its fresh
+        # inputs and kept copies: gigabytes at KernelBench sizes) goes back first.
+        del pool, recheck_args
+        torch.cuda.empty_cache()
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     save_file(re_out, re_path)
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,

@@ -289,6 +289,9 @@ def time_baselines(model: Any, sets: list[list[Any]], names: list[str], job: dic
             summaries[name] = {**run.summary(), **extra}
         except Exception as exc:  # noqa: BLE001 - one baseline failing leaves the others and the golden data
             errors[name] = _worker.error_text(exc, 2000)
+    del pool, prepared
+    if device.type == "cuda":  # the next timing starts on "timed", while this process still writes its inputs
+        torch.cuda.empty_cache()
     return summaries, errors
 
 

@@ -47,3 +47,10 @@ def test_vllm_sampling_of_a_full_fine_tune_holds_one_bf16_copy():
 def test_an_unknown_sampler_is_refused():
     with pytest.raises(ValueError, match="sampler"):
         footprint(QWEN7B, sampler="sglang")
+
+
+def test_cpu_offload_puts_sixteen_bytes_a_parameter_in_host_memory():
+    # Qwen2.5-7B: 7,615,616,512 parameters x 16 bytes = 121,849,864,192 bytes = 113.48 GiB, and no GPU state
+    fp = footprint(QWEN7B, offload=True)
+    assert round(fp.host, 2) == 113.48
+    assert fp.state == 0 and footprint(QWEN7B).host == 0
