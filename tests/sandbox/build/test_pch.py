@@ -1,7 +1,8 @@
 """kevin.sandbox.build.pch: the precompiled <torch/extension.h> of main.cpp.
 
-One PCH build (~30 s on 2 cores, by two processes racing for it) and one candidate compile with it
-(~20 s) for the whole file; everything else is cheap.
+The build's locking is tested with two processes racing for a PCH whose compiler is a stand-in (a real one takes
+~30 s on 2 cores); what a real PCH does is tested on the test run's shared one (`with_shared_pch`, built once for
+the suite), with one candidate compiled against it (~20 s) for the whole file.
 """
 
 from __future__ import annotations
@@ -33,17 +34,33 @@ def _ninja_cflags(build_dir: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def pch_cache(tmp_path_factory) -> dict:
-    """A cache whose CPU ``-O3`` PCH two processes asked for at once; their stdout/stderr."""
-    cache = str(tmp_path_factory.mktemp("kevin-pch"))
-    code = ("import logging, sys; logging.basicConfig(level=logging.INFO)\n"
+def race_cache(tmp_path_factory) -> dict:
+    """A cache whose CPU ``-O3`` PCH two processes asked for at once, through a stand-in compiler that takes 2 s
+    and writes placeholder files (the locking and the rename into place are the real code); their stdout/stderr."""
+    cache = str(tmp_path_factory.mktemp("kevin-pch-race"))
+    code = ("import logging, os, sys, time; logging.basicConfig(level=logging.INFO)\n"
             "from kevin.sandbox.build import pch as _pch\n"
+            "def stand_in(cxx, flags, out_dir, timeout_s):\n"
+            "    time.sleep(2.0)  # the other process reaches the lock meanwhile\n"
+            "    os.makedirs(os.path.join(out_dir, 'torch'))\n"
+            "    for name in (_pch.GCH, _pch.HEADER):\n"
+            "        open(os.path.join(out_dir, name), 'w').close()\n"
+            "_pch._compile = stand_in\n"
             "print(_pch.ensure(sys.argv[1], 'cpu', [('-O3',)])[0])")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kevin.__file__))}
     procs = [subprocess.Popen([sys.executable, "-c", code, cache], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for _ in range(2)]
-    outs = [p.communicate(timeout=900) for p in procs]
+    outs = [p.communicate(timeout=300) for p in procs]
     return {"cache": cache, "stdout": [o[0].strip() for o in outs], "stderr": [o[1] for o in outs]}
+
+
+@pytest.fixture(scope="module")
+def pch_cache(tmp_path_factory, with_shared_pch) -> dict:
+    """A fresh cache whose ``pch`` is the test run's real CPU ``-O3`` PCH; ``dir``: that PCH's directory."""
+    cache = with_shared_pch(tmp_path_factory.mktemp("kevin-pch"))
+    found = _pch.find(_pch.root(cache), _pch.main_cpp_flags(with_cuda=False, extra_cflags=O3))
+    assert found is not None, "the shared precompiled header was not built"
+    return {"cache": cache, "dir": found}
 
 
 @pytest.fixture(scope="module")
@@ -58,25 +75,25 @@ def pch_run(pch_cache) -> dict:
 
 
 # ---------------------------------------------------------------- building
-def test_concurrent_ensure_calls_build_one_pch(pch_cache):
-    a, b = pch_cache["stdout"]
-    assert a == b and os.path.isfile(os.path.join(a, _pch.GCH)), pch_cache["stderr"]
-    assert sum(BUILT in err for err in pch_cache["stderr"]) == 1  # the other process waited on the lock
+def test_concurrent_ensure_calls_build_one_pch(race_cache):
+    a, b = race_cache["stdout"]
+    assert a == b and os.path.isfile(os.path.join(a, _pch.GCH)), race_cache["stderr"]
+    assert sum(BUILT in err for err in race_cache["stderr"]) == 1  # the other process waited on the lock
     key = os.path.basename(a)
-    assert sorted(os.listdir(_pch.root(pch_cache["cache"]))) == [key, key + ".lock"]  # no temp dir, no .failed
+    assert sorted(os.listdir(_pch.root(race_cache["cache"]))) == [key, key + ".lock"]  # no temp dir, no .failed
 
 
-def test_pch_files_are_read_only(pch_cache):
+def test_pch_files_are_read_only(race_cache):
     for name in (_pch.GCH, _pch.HEADER):
-        assert os.stat(os.path.join(pch_cache["stdout"][0], name)).st_mode & 0o222 == 0
+        assert os.stat(os.path.join(race_cache["stdout"][0], name)).st_mode & 0o222 == 0
 
 
-def test_pch_dir_is_keyed_by_flags(pch_cache):
-    root = _pch.root(pch_cache["cache"])
+def test_pch_dir_is_keyed_by_flags(race_cache):
+    root = _pch.root(race_cache["cache"])
     with_o3 = _pch.main_cpp_flags(with_cuda=False, extra_cflags=O3)
     plain = _pch.main_cpp_flags(with_cuda=False)
     assert _pch.pch_key(with_o3) != _pch.pch_key(plain)
-    assert _pch.find(root, with_o3) == pch_cache["stdout"][0]
+    assert _pch.find(root, with_o3) == race_cache["stdout"][0]
     assert _pch.find(root, plain) is None  # only the -O3 variant was built here
 
 
@@ -139,7 +156,7 @@ def test_wrapper_finds_the_pch_only_for_matching_flags_and_leaves_arguments_alon
     args = {"cpp_sources": "x", "cuda_sources": None, "with_cuda": None, "extra_cflags": ["-O3"],
             "extra_include_paths": None}
     before = {k: (list(v) if isinstance(v, list) else v) for k, v in args.items()}
-    assert _extension.main_cpp_pch(root, args) == pch_cache["stdout"][0]
+    assert _extension.main_cpp_pch(root, args) == pch_cache["dir"]
     assert args == before  # so the build key is the same with or without the PCH
     assert _extension.main_cpp_pch(root, {**args, "extra_cflags": ["-O2"]}) is None
     assert _extension.main_cpp_pch(None, args) is None
@@ -171,17 +188,17 @@ def test_real_build_searched_the_pch_dir(pch_cache, pch_run):
     ninja = shutil.which("ninja") or os.path.join(os.path.dirname(sys.executable), "ninja")
     deps = subprocess.run([ninja, "-t", "deps", "main.o"], cwd=pch_run["build_dir"], capture_output=True,
                           text=True, check=True).stdout
-    assert os.path.join(pch_cache["stdout"][0], _pch.HEADER) in deps
+    assert os.path.join(pch_cache["dir"], _pch.HEADER) in deps
 
 
 def test_pch_is_used_with_the_flags_of_the_real_build(pch_cache, pch_run):
     # gcc -H prints "! <file>.gch" for a precompiled header it uses ("x" for one it rejects)
     build_dir = pch_run["build_dir"]
     argv = [_pch.compiler(), *_ninja_cflags(build_dir), "-fsyntax-only", "-H", "main.cpp"]
-    with _pch.search_first(pch_cache["stdout"][0]):
+    with _pch.search_first(pch_cache["dir"]):
         run = subprocess.run(argv, cwd=build_dir, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stderr.splitlines()[0] == "! " + os.path.join(pch_cache["stdout"][0], _pch.GCH)
+    assert run.stderr.splitlines()[0] == "! " + os.path.join(pch_cache["dir"], _pch.GCH)
 
 
 # ---------------------------------------------------------------- the object cache (kevin/sandbox/build/objcache.py)
