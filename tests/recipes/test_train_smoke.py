@@ -235,6 +235,14 @@ def test_the_sampling_memory_is_kept_when_release_is_switched_off(tmp_path, in_p
     assert "sampling memory" not in proc.stdout
 
 
+def test_checkpoint_every_zero_writes_no_checkpoint_not_even_after_the_last_step(tmp_path, in_process):
+    out = tmp_path / "out"
+    proc = in_process("train_multiturn.py", *SMALLEST, "--output_dir", str(out), "--steps", "1",
+                      "--checkpoint_every", "0")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list((out / "checkpoints").glob("step_*")) and (out / "report.md").is_file()
+
+
 def test_the_response_budget_is_raised_after_the_given_step(static_raised):
     # 8 tokens in step 1, 8 * 1.5 = 12 from step 2 on; the tiny policy rarely stops, so most responses fill their budget
     # (the schedule comes from a --config file: the file's options reach the run)
