@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Full fine-tuning of a 7B-shaped model on one H200 under FSDP2 with CPU offload (results: benchmarks/README.md,
-# "Sharded full fine-tuning"). A randomly initialised Qwen2.5-7B (its real configuration, the tiny tokenizer),
-# every weight trained, two RL steps through the CUDA sandbox with recipes/configs/accelerate/fsdp2_offload.yaml.
+# Full fine-tuning of a 7B-shaped model on one H200 under FSDP2 (results: benchmarks/README.md, "Training on H200s").
+# A randomly initialised Qwen2.5-7B (its real configuration, the tiny tokenizer), every weight trained, two RL steps
+# through the CUDA sandbox with recipes/configs/accelerate/$CONFIG: fsdp2_offload.yaml by default (its offloaded state
+# needs ~113 GiB of host memory for 7B), CONFIG=fsdp2.yaml keeps the shards on the GPU (~114 GiB of state there).
 # Host and GPU memory are sampled every second beside the run; no checkpoint is written (one of 7B with its AdamW
 # state is about 122 GB, more than the machine's disk). Run from the repository root; writes a few files to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200
 OUT=${OUT:-out}; R=/tmp/kevin_fsdp; mkdir -p "$OUT" "$R" "$KEVIN_CACHE_DIR"
-MODEL=${MODEL:-random:qwen2.5-7b}
+MODEL=${MODEL:-random:qwen2.5-7b}; CONFIG=${CONFIG:-fsdp2_offload.yaml}
 RL=${RL:-"--tasks_per_step 1 --n_trajectories 8 --n_turns 1 --max_new_tokens 512 --micro_batch_size 4 --steps 2
   --generation_mode generate --checkpoint_every 0"}
 
@@ -18,8 +19,8 @@ HOST=$!
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 1000 > "$R/gpu_used.txt" 2>/dev/null &
 GPU=$!
 
-echo "== $MODEL, full fine-tuning, FSDP2 + CPU offload, 1 GPU (t=$SECONDS s)"
-timeout "${RUN_S:-520}" accelerate launch --config_file recipes/configs/accelerate/fsdp2_offload.yaml --num_processes 1 \
+echo "== $MODEL, full fine-tuning, $CONFIG, 1 GPU (t=$SECONDS s)"
+timeout "${RUN_S:-520}" accelerate launch --config_file "recipes/configs/accelerate/$CONFIG" --num_processes 1 \
   recipes/train_multiturn.py --model "$MODEL" --backend cuda $RL --output_dir "$R/run" --overwrite \
   > "$OUT/fsdp_offload.log" 2>&1; echo "rc=$?" >> "$OUT/fsdp_offload.log"
 kill "$HOST" "$GPU" 2>/dev/null
