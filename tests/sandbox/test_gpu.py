@@ -350,3 +350,21 @@ def test_outputs_compared_on_the_gpu_get_the_cpus_verdict():
         on_gpu = compare_tensor(out, ref, atol=1e-3, rtol=1e-3, device="cuda:0")
         assert (on_gpu.ok, on_gpu.reason) == (on_cpu.ok, on_cpu.reason)
         assert on_gpu.max_abs_error == pytest.approx(on_cpu.max_abs_error, rel=1e-12)
+
+
+@pytest.mark.gpu
+def test_the_golden_gives_its_timings_device_memory_back_before_it_reports():
+    # The parent hands the device to the next timing on the golden's "timed", while the golden process lives on
+    # writing its inputs: its timing pool and allocator cache (2 sets of 256 MB here) must be freed by then.
+    import torch
+
+    from kevin.sandbox.worker import golden
+
+    device = torch.device("cuda")
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(device)
+    sets = [[torch.randn(64 << 20)] for _ in range(2)]  # 64 Mi float32 = 256 MB each, on the host
+    job = {"seed": 0, "timing": {"n_warmup": 2, "n_trials": 5, "budget_s": 5.0, "launch_cover_us": 200.0}}
+    summaries, errors = golden.time_baselines(torch.nn.ReLU(), sets, ["eager"], job, device)
+    assert "eager" in summaries and not errors, errors
+    assert torch.cuda.memory_reserved(device) - before < 64 << 20
