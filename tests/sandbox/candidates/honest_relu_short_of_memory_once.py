@@ -1,6 +1,6 @@
 # Honest: ReLU by the shared C++ extension, in a process that finds the device out of memory the first time it runs
-# (as when other processes sharing the device hold it); the marker file is the test's, outside the sandbox's reach
-# only because this sandbox runs without its static checks.
+# (as when other processes sharing the device hold it). The marker file is the test's: a candidate can touch it only
+# because this sandbox runs without its static checks.
 import os
 
 import torch
