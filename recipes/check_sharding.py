@@ -86,7 +86,6 @@ def main(argv: list[str]) -> None:
               "debug/loss": loss_sum / world, "debug/logprob_mean": lp_sum / n_tok, "debug/grad_norm": grad_norm.item()}
     for r in gather_object([result]):
         acc.print(json.dumps(r))
-    acc.wait_for_everyone()  # no process tears its connections down while another still gathers
     acc.end_training()  # the process group closed before exit
 
 

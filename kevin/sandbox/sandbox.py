@@ -128,13 +128,9 @@ class _GoldenCache:
 
 
 def _golden_bytes(golden: _golden_run.Golden) -> int:
-    """The bytes ``golden`` holds: its inputs file and its outputs (tensors, or their serialised bytes)."""
+    """The bytes ``golden`` holds: its inputs file and its output tensors."""
     size = os.path.getsize(golden.inputs_path) if golden.inputs_path and os.path.exists(golden.inputs_path) else 0
-    for outputs in (golden.outputs, golden.sub_outputs):
-        for value in outputs.values():
-            nbytes = getattr(value, "nbytes", None)
-            size += int(nbytes) if nbytes is not None else len(value) if isinstance(value, (bytes, bytearray)) else 0
-    return size
+    return size + sum(t.nbytes for outputs in (golden.outputs, golden.sub_outputs) for t in outputs.values())
 
 
 class DeviceGate:

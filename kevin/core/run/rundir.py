@@ -314,7 +314,6 @@ class RunDir:
         has: vLLM's engine creates one of its own in this process and keeps using it."""
         self._logger.close()
         if self.acc is not None and self.acc.num_processes > 1:
-            self.acc.wait_for_everyone()  # no process tears its connections down while another still uses them
             self.acc.state.destroy_process_group()
 
     # ------------------------------------------------------------------ a finished run, read back
