@@ -11,7 +11,7 @@ export KEVIN_CACHE_DIR=/tmp/kevin-h200
 OUT=${OUT:-out}; R=/tmp/kevin_fsdp; mkdir -p "$OUT" "$R" "$KEVIN_CACHE_DIR"
 MODEL=${MODEL:-random:qwen2.5-7b}; CONFIG=${CONFIG:-fsdp2_offload.yaml}
 RL=${RL:-"--tasks_per_step 1 --n_trajectories 8 --n_turns 1 --max_new_tokens 512 --micro_batch_size 4 --steps 2
-  --generation_mode generate --checkpoint_every 0"}
+  --generation_mode generate --checkpoint_every 0 --bf16 --gradient_checkpointing"}
 
 { free -b | awk '/Mem:/{print "host total bytes", $2}'; nvidia-smi --query-gpu=name,memory.total --format=csv; } > "$OUT/env.txt"
 (while :; do free -b | awk -v t="$SECONDS" '/Mem:/{print t, $3}'; sleep 1; done) > "$R/host_used.txt" 2>/dev/null &
