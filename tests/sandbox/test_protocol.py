@@ -123,6 +123,28 @@ def test_a_pointer_keyed_cache_meets_a_recheck_in_place_and_one_in_new_buffers_w
         assert sorted(same) == [False, True], (seed, list(run.recheck_outputs), ptrs)
 
 
+def test_the_timing_loops_buffers_are_freed_when_it_returns_not_left_to_the_cyclic_gc():
+    # the process reports (and the parent hands the device on) right after timing: a reference cycle in the loop's
+    # closures kept its fresh inputs and kept copies (gigabytes at KernelBench sizes) until a garbage collection
+    import gc
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds goes to gc.garbage instead of being freed
+    try:
+        run = timing.time_calls(lambda a: a[0] * 2, [[torch.ones(64)]], device=torch.device("cpu"), n_warmup=2,
+                                n_trials=10, budget_s=10, rng=random.Random(0), rechecks=[[torch.ones(64)]],
+                                null_call=lambda a: torch.empty(64), mark=lambda *a, **k: None)
+        del run
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, torch.Tensor)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
+
+
 def test_the_loop_length_is_fixed_before_the_first_timed_call():
     # a slow call (about 20 ms) against a 0.3 s budget: 0.3 / 0.02 = 15 calls, never under MIN_TRIALS
     def call(args):

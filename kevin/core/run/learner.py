@@ -117,7 +117,10 @@ def build_learner(acc: Any, model: str, *, seed: int, bf16: bool, lora_rank: int
         net, tokenizer = load_model(model, device=torch.device("cpu") if sharded else acc.device, seed=seed, bf16=bf16,
                                     lora_rank=lora_rank, gradient_checkpointing=gradient_checkpointing, empty=empty)
     ref = copy.deepcopy(net).to(acc.device).eval().requires_grad_(False) if kl_reference and lora_rank <= 0 else None
-    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    # A full fine-tune updates one tensor at a time: the multi-tensor kernels' temporaries are another copy of every
+    # weight (7B: 28 GiB more at the optimizer step, past an H200 holding the sharded fp32 state); LoRA's are small.
+    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay,
+                                  foreach=None if lora_rank > 0 else False)
     warmup = max(1, warmup_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda u: min(1.0, (u + 1) / warmup))
     if sharded:

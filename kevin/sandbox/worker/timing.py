@@ -413,11 +413,14 @@ def time_calls(
         return (w1 - w0) * 1e3, (w1 - w0) * 1e3, out, (False, False), 0.0
 
     prev: list[Any] | None = None
+    # the last call's (ms, wall, waited, late, launch): a variable, not an attribute of ``step``, which would make
+    # ``step`` refer to itself and keep this frame's buffers (gigabytes of fresh inputs) alive until the cyclic GC
+    last: tuple[float, float, bool, bool, float] = (0.0, 0.0, False, False, 0.0)
 
     def step(fn: Callable[[list[Any]], Any], source: Sequence[Any], seed: int, in_place: bool, label: str,
              slot: list[Any] | None = None) -> Any:
         """One call with all the harness's work around it; the same for every call. Returns its kept copy."""
-        nonlocal prev
+        nonlocal prev, last
         with harness():
             new = fresh.make(source, seed)
             args = _refill(prev, new) if in_place and prev is not None else new
@@ -434,7 +437,7 @@ def time_calls(
             kept = _copy_into(out, slot) if slot is not None else _snapshot(out)
         del out
         prev = args
-        step.last = (ms, wall, waited, late, launch)  # type: ignore[attr-defined]
+        last = (ms, wall, waited, late, launch)
         return kept
 
     def any_source() -> tuple[Sequence[Any], int]:
@@ -446,7 +449,7 @@ def time_calls(
         warm_wall, out_bytes, template = [], 0, None
         for i in range(n_warmup):
             kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}")
-            warm_wall.append(step.last[1])  # type: ignore[attr-defined]
+            warm_wall.append(last[1])
             out_bytes = max(out_bytes, _nbytes(kept) if not isinstance(kept, str) else 0)
             template = kept if not isinstance(kept, str) else None
             del kept
@@ -514,7 +517,7 @@ def time_calls(
                 mark("calls", s)
             for _ in range(size):
                 kept_all.append(step(call, plan[i][0], plan[i][1], in_place[i], f"timed call {i}", slots and slots[i]))
-                ms, wall, waited, late, launch = step.last  # type: ignore[attr-defined]
+                ms, wall, waited, late, launch = last
                 run.samples_ms.append(ms)
                 run.wall_ms.append(wall)
                 run.n_tail += waited or late
