@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
                                               else old, ref, cfg.max_new_tokens, keep)
             acc.backward(loss)
         sums += torch.stack([loss.detach().float(), keep * (old * mb.mask).sum(), keep * mb.mask.sum()])
-    grad_norm = acc.clip_grad_norm_(lrn.params, float("inf"))  # the whole gradient's norm, replicated or sharded
+    grad_norm = lrn.clip_gradients(float("inf"))  # the whole gradient's norm, replicated or sharded
     loss_sum, lp_sum, n_tok = acc.reduce(sums, "sum").tolist()
     result = {"debug/processes": world, "debug/rank": rank, "debug/sharded": lrn.sharded,
               "debug/tasks": sorted({t.task_id for t in mine}), "debug/samples": len(samples),

@@ -196,7 +196,7 @@ def grpo_update(cfg: Config, lrn: Learner, samples: list, step: int) -> list[dic
                 acc.backward(loss)
             for k, v in [*((k, w * v.float()) for k, v in stats.items()), ("loss/total", loss.detach().float())]:
                 sums[k] = sums.get(k, 0.0) + v
-        grad_norm = acc.clip_grad_norm_(lrn.params, cfg.grad_clip).float()  # the same on every process
+        grad_norm = lrn.clip_gradients(cfg.grad_clip).float()  # the same on every process
         finite = bool(torch.isfinite(grad_norm))
         if finite:  # a NaN/inf gradient would turn every weight into NaN: skip the update, and log it
             lrn.optimizer.step()

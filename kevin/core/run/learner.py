@@ -86,6 +86,14 @@ class Learner:
     scheduler: Any
     sharded: bool = False
 
+    def clip_gradients(self, max_norm: float) -> Any:
+        """Clip the gradient of ``params`` to ``max_norm`` (accelerate's ``clip_grad_norm_``) and return its total
+        norm before clipping as a plain tensor, the same on every process (FSDP2 under torch 2.11 returns a DTensor,
+        which later collectives on plain tensors refuse)."""
+        norm = self.acc.clip_grad_norm_(self.params, max_norm)
+        full = getattr(norm, "full_tensor", None)
+        return full() if callable(full) else norm
+
     def full_parameters(self, needed: bool = True) -> contextlib.AbstractContextManager:
         """`full_parameters` of ``net``: around sampling with it and handing weights to vLLM (``needed`` False: a
         no-op, e.g. a rollout that vLLM samples, which would otherwise hold a gathered copy for nothing)."""
