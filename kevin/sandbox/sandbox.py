@@ -71,7 +71,8 @@ class _GoldenCache:
     gigabytes per task).
 
     Past either bound, the least recently used task is dropped, and its directory deleted, once no candidate is
-    using it; dropping only costs a recomputation (the same secret seed gives the same inputs).
+    using it or waiting to (`pinned`); dropping only costs a recomputation (the same secret seed gives the same
+    inputs), but a task dropped between its prefetch and its candidates' use was computed twice in one batch.
     """
 
     def __init__(self, capacity: int, max_bytes: int | None = None):
@@ -79,6 +80,7 @@ class _GoldenCache:
         self.max_bytes = max_bytes
         self.entries: OrderedDict[str, _golden_run.Golden] = OrderedDict()
         self.users: dict[str, int] = {}
+        self.wanted: dict[str, int] = {}  # candidates of the task not yet judged (queued, compiling or judged now)
         self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -112,6 +114,20 @@ class _GoldenCache:
             self.users[key] = self.users.get(key, 1) - 1
             self._evict()
 
+    @contextlib.contextmanager
+    def pinned(self, key: str) -> Iterator[None]:
+        """Keep ``key``'s entry (once computed) while the block runs: a candidate's whole evaluation, queue included."""
+        with self._lock:
+            self.wanted[key] = self.wanted.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.wanted[key] -= 1
+                if not self.wanted[key]:
+                    del self.wanted[key]
+                self._evict()
+
     def _over(self) -> bool:
         if len(self.entries) > self.capacity:
             return True
@@ -119,7 +135,7 @@ class _GoldenCache:
 
     def _evict(self) -> None:
         while self._over():
-            victim = next((k for k in self.entries if self.users.get(k, 0) <= 0), None)
+            victim = next((k for k in self.entries if self.users.get(k, 0) <= 0 and not self.wanted.get(k)), None)
             if victim is None:
                 return
             golden = self.entries.pop(victim)
@@ -432,7 +448,8 @@ class Sandbox:
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
         try:
-            result = self._stages(task_src, src, state)
+            with self._golden.pinned(_resolve.sha256(task_src)):
+                result = self._stages(task_src, src, state)
         except _Cancelled:
             result = state.timeout_result()
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run

@@ -320,6 +320,37 @@ def test_the_golden_cache_drops_the_least_recently_used_free_task_past_its_byte_
     assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
 
 
+def test_a_golden_prefetched_for_queued_candidates_is_not_dropped_before_they_use_it(tmp_path):
+    # On the H200 a batch's prefetch computed a task's golden and released it while the task's candidates still
+    # queued; past the byte budget it was dropped at once and computed again for them.
+    from kevin.sandbox._golden_run import Golden, file_signature
+    from kevin.sandbox.sandbox import _GoldenCache
+
+    made = []
+
+    def make(name, n_bytes):
+        def compute():
+            made.append(name)
+            d = tmp_path / f"golden-{name}-{len(made)}" / name
+            d.mkdir(parents=True)
+            path = str(d / "inputs.safetensors")
+            (d / "inputs.safetensors").write_bytes(b"x" * n_bytes)
+            return Golden(name, inputs_path=path, inputs_signature=file_signature(path))
+        return compute
+
+    cache = _GoldenCache(capacity=10, max_bytes=300)
+    with cache.pinned("a"):  # a candidate of "a" is queued
+        cache.acquire("a", make("a", 200))  # the prefetch computes "a" ...
+        cache.release("a")  # ... and lets go of it: 200 bytes, within 300
+        cache.acquire("b", make("b", 200))  # 400 > 300; "a" is wanted, "b" in use: nothing goes
+        cache.release("b")  # "b" is free and unwanted: it goes, "a" stays
+        assert set(cache.entries) == {"a"}
+        cache.acquire("a", make("a", 200))  # the candidate gets the prefetched entry
+        cache.release("a")
+    assert made == ["a", "b"]
+    assert set(cache.entries) == {"a"}  # 200 bytes, within the budget: kept for a later batch
+
+
 def test_golden_outputs_reach_the_parent_without_ever_being_written_to_disk(tmp_path):
     from kevin.sandbox._golden_run import run_golden
 
