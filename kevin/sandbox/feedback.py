@@ -21,6 +21,8 @@ import sysconfig
 import tempfile
 from typing import Any, NamedTuple, Sequence
 
+from kevin.sandbox._resolve import parse_python
+
 MAX_CHARS = 1200
 _NOT_COMPILER = ("Error building extension", "CalledProcessError")
 _ERROR_LINE = re.compile(r"(\berror\b|Error:|undefined reference|fatal)", re.IGNORECASE)
@@ -216,7 +218,7 @@ def _literals(source: str) -> list[_Literal]:
     """The string literals of the candidate's program (where its C++/CUDA sources are); an f-string's fields are
     blanked."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return []
     parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}

@@ -17,6 +17,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kevin.sandbox._resolve import parse_python
 from kevin.sandbox.config import RULES
 from kevin.sandbox.static import forbidden
 
@@ -353,7 +354,7 @@ def check_rules(candidate_src: str, *, backend: str = "cuda", allow_libraries: b
     if len(candidate_src) > _MAX_CHARS:  # keeps the scan's time bounded (about 1 s per 300 kB)
         return [("length", f"program is {len(candidate_src)} characters long (limit {_MAX_CHARS}): write a shorter one")]
     try:
-        tree = ast.parse(candidate_src)
+        tree = parse_python(candidate_src)
     except SyntaxError as exc:
         return [("syntax", f"syntax error (line {exc.lineno}): {exc.msg}; return one complete, valid Python program")]
     mod = _Module.build(tree)
