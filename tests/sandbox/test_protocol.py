@@ -521,3 +521,29 @@ def test_golden_cache_computes_a_task_again_when_its_inputs_file_was_changed(tmp
     path.write_bytes(b"abcd")  # size changed (3 -> 4 bytes)
     cache.acquire("k", compute)
     assert len(made) == 2
+
+
+def test_candidates_checked_from_many_threads_are_never_parsed_at_once(monkeypatch):
+    # CPython 3.11's AST constructor raised "AST constructor recursion depth mismatch" under concurrent parses, and an
+    # honest kernel of a training batch was judged an internal error; the sandbox's parses now take turns
+    import ast
+    import threading
+
+    from kevin.sandbox import _resolve
+
+    real, inside, most = ast.parse, [0], [0]
+
+    def watched(source, *args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # long enough for another thread to enter if nothing stops it
+        inside[0] -= 1
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", watched)
+    threads = [threading.Thread(target=_resolve.parse_python, args=("x = 1",)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
