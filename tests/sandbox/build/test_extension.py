@@ -192,7 +192,7 @@ def test_the_marker_is_never_written_through_a_planted_link(monkeypatch, tmp_pat
     light_dir = tmp_path / "light"
     light_dir.mkdir()
     os.symlink(victim, light_dir / LIGHT_FAILED)
-    _extension._mark_light_failed(str(light_dir))
+    _extension._mark_failed(str(light_dir))
     assert victim.read_text() == "someone else's file"
 
 
@@ -256,3 +256,111 @@ def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "cuda.o").stat().st_size > 0
+
+
+# ---- CPU builds: kernels apart from the bindings (`split_units`, `install`)
+
+from kevin.sandbox.build.extension import SPLIT_FAILED, split_units  # noqa: E402
+
+CPU_KERNEL = """#include <torch/extension.h>
+#include <vector>
+
+static float twice(float v) { return 2.0f * v; }
+
+std::vector<torch::Tensor> f(const torch::Tensor& x,
+                             int64_t k = 1)
+{
+    auto y = torch::empty_like(x);
+    y.data_ptr<float>()[0] = twice(x.data_ptr<float>()[0]) * k;
+    return {y};
+}"""
+
+
+def _cpu_bound(**kw):
+    return _bound(**{"cuda_sources": None, "cpp_sources": CPU_KERNEL, **kw})
+
+
+def test_a_cpu_build_declares_its_functions_to_the_bindings_and_compiles_its_kernels_after_the_light_prelude():
+    main, kernel = split_units(_cpu_bound())
+    # the definition's signature (a line break inside it joined), default argument kept, then load_inline's bindings
+    assert main == ("#include <torch/extension.h>\n"
+                    "std::vector<torch::Tensor> f(const torch::Tensor& x, int64_t k = 1);\n"
+                    "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+                    'm.def("f", torch::wrap_pybind_function(f), "f");\n}')
+    prelude, body = kernel.split('\n#line 2 "main.cpp"\n')
+    assert prelude == LIGHT_PRELUDE
+    # the source as main.cpp has it from its line 2, its own include of the heavy header made a comment
+    assert body.splitlines()[0].startswith("// kevin: <torch/extension.h>")
+    assert body.splitlines()[1:] == CPU_KERNEL.splitlines()[1:]
+
+
+@pytest.mark.parametrize("source", [
+    "static torch::Tensor f(torch::Tensor x) { return x; }",
+    "template <typename T> torch::Tensor f(torch::Tensor x) { return x; }",
+    "inline torch::Tensor f(torch::Tensor x) { return x; }",
+    "torch::Tensor f(torch::Tensor x);",  # declared, never defined here
+    "torch::Tensor f(torch::Tensor x) { return x; }\ntorch::Tensor f(torch::Tensor x, int k) { return x; }",  # overloads
+    "#include <ATen/ATen.h>\ntorch::Tensor f(torch::Tensor x) { return x; }",
+    "torch::Tensor f(torch::Tensor x) { return torch::empty({2}, x.options().requires_grad(true)); }",
+])
+def test_no_split_where_the_declaration_or_the_prelude_could_be_wrong(source):
+    assert split_units(_cpu_bound(cpp_sources=source)) is None
+
+
+def test_no_split_for_a_cuda_build_or_one_without_bindings():
+    assert split_units(_bound()) is None
+    assert split_units(_cpu_bound(functions=None)) is None
+
+
+class _FakeCpuBuild:
+    """Stands in for torch's ``load`` (the split build) and ``load_inline`` (the one unit)."""
+
+    def __init__(self, split_fails: bool):
+        self.split_fails, self.calls = split_fails, []
+
+    def load(self, name, sources, **kwargs):
+        self.calls.append(("split", kwargs["build_directory"]))
+        if self.split_fails:
+            raise RuntimeError("Error building extension 'ext': kernel.cpp:3:1: error: 'parallel_for' is not a member")
+        return "module"
+
+    def load_inline(self, **arguments):
+        self.calls.append(("one unit", arguments["build_directory"]))
+        return "module"
+
+
+def _install_cpu(monkeypatch, tmp_path, fake, split=True):
+    import functools
+
+    from torch.utils import cpp_extension as ce
+
+    monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(lambda **arguments: fake.load_inline(**arguments)))
+    monkeypatch.setattr(ce, "load", fake.load)
+    _extension.install(str(tmp_path / "ext"), "cpu", split=split)
+    return ce.load_inline
+
+
+def test_a_cpu_build_tries_the_split_first(monkeypatch, tmp_path):
+    fake = _FakeCpuBuild(split_fails=False)
+    load = _install_cpu(monkeypatch, tmp_path, fake)
+    assert load(name="ext", cpp_sources=CPU_KERNEL, functions=["f"]) == "module"
+    assert [kind for kind, _ in fake.calls] == ["split"]
+    split_dir = fake.calls[0][1]
+    assert sorted(os.listdir(split_dir)) == ["kernel.cpp", "main.cpp"]
+
+
+def test_a_split_that_fails_is_built_as_one_unit_and_remembered(monkeypatch, tmp_path):
+    fake = _FakeCpuBuild(split_fails=True)
+    load = _install_cpu(monkeypatch, tmp_path, fake)
+    assert load(name="ext", cpp_sources=CPU_KERNEL, functions=["f"]) == "module"
+    assert [kind for kind, _ in fake.calls] == ["split", "one unit"]
+    assert os.path.exists(os.path.join(fake.calls[0][1], SPLIT_FAILED))
+    load(name="ext", cpp_sources=CPU_KERNEL, functions=["f"])  # the same source again: no second failing build
+    assert [kind for kind, _ in fake.calls] == ["split", "one unit", "one unit"]
+
+
+def test_split_off_builds_one_unit_only(monkeypatch, tmp_path):
+    fake = _FakeCpuBuild(split_fails=False)
+    load = _install_cpu(monkeypatch, tmp_path, fake, split=False)
+    load(name="ext", cpp_sources=CPU_KERNEL, functions=["f"])
+    assert [kind for kind, _ in fake.calls] == ["one unit"]
