@@ -205,7 +205,6 @@ class CandidateRun:
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "launch_cover_us": config.launch_cover_us, "inventory": config.kernel_inventory, "train_mode": config.train_mode,
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
-            "split_bindings": config.split_bindings,
         }
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}
@@ -260,7 +259,7 @@ class CandidateRun:
             if m.event != "build_dir":
                 continue
             path = os.path.realpath(str(m.data.get("path", "")))
-            name = os.path.basename(path).removesuffix("-split")  # a build key, or one of a split CPU build
+            name = os.path.basename(path)
             if os.path.dirname(path) == root and len(name) == 32 and all(c in "0123456789abcdef" for c in name):
                 try:
                     os.remove(os.path.join(path, "lock"))

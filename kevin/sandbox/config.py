@@ -103,10 +103,6 @@ class SandboxConfig:
     """compile a CUDA unit first with a lighter prelude than load_inline's ``<torch/types.h>`` (the tensor class,
     dispatch macros and allocation factories; ``._extension.LIGHT_PRELUDE``), and again with the full one when it
     does not compile. False = the full prelude always"""
-    split_bindings: bool = True
-    """on the CPU backend, compile a candidate's pybind11 bindings in a unit apart from its kernels
-    (``._extension.split_units``), so the object cache serves them to every candidate declaring the same functions,
-    and build the one unit load_inline writes when that does not build or load. False = load_inline's one unit"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = a correctness run has its device alone too (the device is still handed on

@@ -69,15 +69,3 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
     order = ("start", "spawned", "compiled", "golden", "checks", "checked", "timing", "timed", "done")
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
     assert marks["timing"] >= marks["checked"]  # the timing began only after the correctness runs had ended
-
-
-def test_an_honest_cpu_kernel_is_built_apart_from_its_bindings(cache_dir, warm_builds):
-    # the kernel unit after the light prelude, the bindings in main.cpp: no fallback to load_inline's one unit
-    from pathlib import Path
-
-    from kevin.sandbox.build.extension import SPLIT_FAILED
-
-    assert warm_builds["relu"].status == "correct"
-    split = [d for d in Path(cache_dir, "ext").glob("*-split") if "relu_forward(" in (d / "main.cpp").read_text()]
-    assert split and all(list(d.glob("*.so")) and (d / "kernel.o").exists() for d in split), split
-    assert not any((d / SPLIT_FAILED).exists() for d in split)

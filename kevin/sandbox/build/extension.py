@@ -26,13 +26,6 @@ front end stops at the first errors (6.0 s, against 31.8 s for a whole compile w
 the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
 umbrella headers) keep the full prelude: they pay for the headers anyway.
 
-On the CPU backend it first builds a candidate's kernels in a unit of their own after that lighter prelude, and
-its bindings apart (`split_units`): a unit that includes ``<torch/extension.h>`` costs about 16 core-seconds even
-from the precompiled header and even when empty, the lighter prelude about 6.5. Over one learning-test run of the
-starter policy (2-core CPU machine), the 10 builds that compiled took 8.6 s each on average against 18.9 s as
-load_inline's one unit, and the 7 with compile errors 17.8 s against 10.4 s (they are built again as one unit, whose
-errors are reported).
-
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
 the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
@@ -137,71 +130,10 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     return light
 
 
-def _mark_failed(build_dir: str, marker: str = LIGHT_FAILED) -> None:
-    """Create ``marker`` in ``build_dir``; never through a link another candidate planted there (O_NOFOLLOW)."""
+def _mark_light_failed(light_dir: str) -> None:
+    """Create the `LIGHT_FAILED` marker; never through a link another candidate planted there (O_NOFOLLOW)."""
     with contextlib.suppress(OSError):
-        os.close(os.open(os.path.join(build_dir, marker), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
-
-
-def _write_if_changed(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` unless it already holds it (ninja rebuilds what is newer than its object)."""
-    with contextlib.suppress(OSError):
-        with open(path) as f:
-            if f.read() == text:
-                return
-    with open(path, "w") as f:
-        f.write(text)
-
-
-SPLIT_FAILED = "kevin-split-failed"  # marker in a split build's directory: this source builds only as one unit
-_DEFINITION = r"(?m)^[ \t]*(?P<sig>(?:[A-Za-z_][\w:<>,]*[ \t\*&]+)+{name}[ \t]*\([^;{{}}]*\))[ \t\n]*\{{"
-_NOT_PLAIN = re.compile(r"\b(static|inline|template|constexpr|consteval|extern|friend|operator)\b")
-
-
-def split_units(arguments: dict[str, Any]) -> tuple[str, str] | None:
-    """(main.cpp, kernel.cpp) of a CPU build whose kernels compile apart from its pybind11 bindings, or None.
-
-    load_inline puts a CPU candidate's whole source into ``main.cpp``, after ``<torch/extension.h>``. Compiling any
-    unit that includes that header costs about 16 core-seconds even from the precompiled header (an empty one: most
-    of it GCC generating the header's inline code at the end of the unit), whatever the kernel. Split, ``main.cpp``
-    holds the header, the functions' declarations and the bindings, the same for every candidate declaring the same
-    functions under the same name (the object cache serves it), and ``kernel.cpp`` the source after `LIGHT_PRELUDE`
-    (its ``#include <torch/extension.h>`` lines made comments, a ``#line`` directive giving main.cpp's numbering):
-    about 7 core-seconds. Applies when each bound function has one plain definition starting a line
-    (``torch::Tensor forward(torch::Tensor x) {``) and the source includes no other ``torch/`` or ATen umbrella
-    header and never mentions ``requires_grad`` (as for `light_arguments`). Whatever does not build or load this
-    way (a namespace, a helper the prelude lacks, the candidate's own error) is built again as load_inline's one
-    unit, whose errors are the ones reported.
-    """
-    if arguments.get("cuda_sources") or arguments.get("sycl_sources") or arguments.get("no_implicit_headers"):
-        return None
-    functions = arguments.get("functions")
-    if isinstance(functions, str):
-        functions = [functions]
-    if isinstance(functions, list):
-        functions = {f: f for f in functions}
-    cpp = arguments.get("cpp_sources")
-    cpp = [cpp] if isinstance(cpp, str) else list(cpp or [])
-    if not isinstance(functions, dict) or not functions or not all(isinstance(x, str) for x in cpp):
-        return None
-    body = _EXTENSION_H.sub("// kevin: <torch/extension.h> (kernel.cpp starts with a lighter prelude)", "\n".join(cpp))
-    if _TORCH_UMBRELLA.search(body) or "requires_grad" in body:
-        return None
-    source = "\n".join(["#include <torch/extension.h>", *cpp])  # main.cpp's first lines, as load_inline writes them
-    declarations = []
-    for name in functions:
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
-            return None
-        found = [m.group("sig") for m in re.finditer(_DEFINITION.format(name=name), source)]
-        if len(found) != 1 or _NOT_PLAIN.search(found[0]) or "//" in found[0] or "/*" in found[0]:
-            return None
-        declarations.append(" ".join(found[0].split()) + ";")
-    wrap = arguments.get("with_pytorch_error_handling", True)
-    bindings = [f'm.def("{f}", torch::wrap_pybind_function({f}), "{doc}");' if wrap else f'm.def("{f}", {f}, "{doc}");'
-                for f, doc in functions.items()]
-    main = "\n".join(["#include <torch/extension.h>", *declarations, "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
-                       *bindings, "}"])
-    return main, "\n".join([LIGHT_PRELUDE, '#line 2 "main.cpp"', body])
+        os.close(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
 
 
 MAX_BUILD_LOG = 12000
@@ -315,13 +247,12 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
 
 
 def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None,
-            obj_root: str | None = None, light: bool = True, split: bool = True) -> None:
+            obj_root: str | None = None, light: bool = True) -> None:
     """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
     (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
-    ``split``: build a CPU extension's bindings apart from its kernels first (`split_units`).
     """
     import torch.utils.cpp_extension as ce
 
@@ -352,32 +283,15 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
                             raise  # the light library was built: this error is the source's own
                         # no library: it failed to build here, or in another process whose lock this one waited on
                         if failed:
-                            _mark_failed(light_dir)
+                            _mark_light_failed(light_dir)
                         if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
                             if before is None:
                                 entries.pop(name, None)
                             else:
                                 entries[name] = before
-        units = split_units(arguments) if backend == "cpu" and split else None
-        if units is not None:
-            split_dir = os.path.join(ext_root, build_key(arguments, backend) + "-split")
-            if not os.path.exists(os.path.join(split_dir, SPLIT_FAILED)):
-                versions = getattr(ce, "JIT_EXTENSION_VERSIONER", None)
-                entries = getattr(versions, "entries", None)
-                name = arguments.get("name")
-                before = entries.get(name) if isinstance(entries, dict) else None
-                try:
-                    return build(arguments, split_dir, units)
-                except Exception:  # noqa: BLE001 - built (and reported) as one unit below
-                    _mark_failed(split_dir, SPLIT_FAILED)
-                if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
-                    if before is None:
-                        entries.pop(name, None)
-                    else:
-                        entries[name] = before
         return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
 
-    def build(arguments: dict[str, Any], build_dir: str, units: tuple[str, str] | None = None) -> Any:
+    def build(arguments: dict[str, Any], build_dir: str) -> Any:
         os.makedirs(build_dir, exist_ok=True)
         # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
         arguments = {**arguments, "build_directory": build_dir, "verbose": False}
@@ -385,15 +299,7 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
             on_build(build_dir)
         with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):
             try:
-                if units is None:
-                    return original(**arguments)
-                paths = [os.path.join(build_dir, unit) for unit in ("main.cpp", "kernel.cpp")]
-                for path, text in zip(paths, units):
-                    _write_if_changed(path, text)
-                return ce.load(arguments["name"], paths, extra_cflags=arguments.get("extra_cflags"),
-                               extra_ldflags=arguments.get("extra_ldflags"),
-                               extra_include_paths=arguments.get("extra_include_paths"), build_directory=build_dir,
-                               verbose=False, with_cuda=False, is_python_module=arguments.get("is_python_module", True))
+                return original(**arguments)
             except RuntimeError as exc:
                 failed = _BUILD_FAILED.match(str(exc))
                 if failed is None or isinstance(exc, BuildError):

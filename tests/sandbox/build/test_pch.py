@@ -65,9 +65,8 @@ def pch_cache(tmp_path_factory, with_shared_pch) -> dict:
 
 @pytest.fixture(scope="module")
 def pch_run(pch_cache) -> dict:
-    """The honest CPU ReLU candidate evaluated in that cache (its extension compiled with the PCH), built as load_inline's
-    one unit, whose main.cpp these tests read."""
-    sandbox = Sandbox("cpu", _config(pch_cache["cache"], split_bindings=False))
+    """The honest CPU ReLU candidate evaluated in that cache (its extension compiled with the PCH)."""
+    sandbox = Sandbox("cpu", _config(pch_cache["cache"]))
     result = sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
     ext = os.path.join(pch_cache["cache"], "ext")
     build_dirs = [os.path.join(ext, d) for d in os.listdir(ext) if os.path.isfile(os.path.join(ext, d, "build.ninja"))]
@@ -217,7 +216,7 @@ def test_a_second_build_of_the_same_main_cpp_is_served_from_the_object_cache(pch
     # compile of ~10 s with the PCH on these 2 cores, and the candidate is still judged on its own build.
     src = load_candidate("honest_relu_cpu").replace('extra_cflags=["-O3"],', 'extra_cflags=["-O3"], extra_ldflags=["-Wl,-O1"],')
     assert "-Wl,-O1" in src
-    result = Sandbox("cpu", _config(pch_cache["cache"], split_bindings=False)).evaluate(RELU_TASK, src)
+    result = Sandbox("cpu", _config(pch_cache["cache"])).evaluate(RELU_TASK, src)
     if result.status == "format_error" and "imports syscall" in result.feedback:
         pytest.xfail("this toolchain's honest extensions import syscall")  # see the test above
     assert result.status == "correct", result.feedback
