@@ -53,16 +53,19 @@ KEY_ARGS = (
 )
 
 
-_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"][^\n]*$', re.M)
+# the directive alone: what follows it on its line stays (a comment it opens, a line splice), or lines that the static
+# checks read as commented would become code once the directive is gone
+_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"]', re.M)
 
 
 def drop_extension_header(sources: Any) -> Any:
-    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` line dropped.
+    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` directive replaced by a
+    comment; the rest of its line is kept as written.
 
     >>> drop_extension_header(["#include <torch/extension.h>\\n__global__ void k() {}"])
-    ['// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)\\n__global__ void k() {}']
+    ['/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */\\n__global__ void k() {}']
     """
-    note = "// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)"
+    note = "/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */"
     if isinstance(sources, str):
         return _EXTENSION_H.sub(note, sources)
     if isinstance(sources, (list, tuple)):

@@ -1,8 +1,13 @@
 """kevin.sandbox.build.extension: what the content-addressed load_inline compiles."""
 
+import shutil
+import subprocess
+
+import pytest
+
 from kevin.sandbox.build.extension import drop_extension_header
 
-NOTE = "// kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>)"
+NOTE = "/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */"
 
 
 def test_cuda_source_is_compiled_without_torch_extension_header():
@@ -12,7 +17,24 @@ def test_cuda_source_is_compiled_without_torch_extension_header():
 
 def test_quoted_and_indented_spellings_are_dropped_in_every_source_of_a_list():
     out = drop_extension_header(['  # include "torch/extension.h"', "#include <torch/extension.h> // x"])
-    assert out == [NOTE, NOTE]
+    assert out == [NOTE, NOTE + " // x"]
+
+
+HIDDEN = "hidden_python_call();"
+
+
+@pytest.mark.parametrize("opener, closer", [(" /*", "// */"), (" // \\", "")])
+def test_a_comment_opened_on_the_header_line_still_hides_what_followed_once_the_header_is_dropped(opener, closer):
+    # The static checks read the next line as commented (a block comment opened after the directive, or a line comment
+    # spliced onto it); dropping the whole line made it code in the compiled unit only. Preprocessed, it stays out.
+    src = f"#include <torch/extension.h>{opener}\n{HIDDEN}\n{closer}\n__global__ void k() {{}}"
+    out = drop_extension_header(src)
+    assert out.startswith(NOTE + opener)
+    gcc = shutil.which("g++") or shutil.which("c++")
+    if gcc is None:
+        pytest.skip("needs a C++ compiler to preprocess")
+    pre = subprocess.run([gcc, "-E", "-P", "-x", "c++", "-"], input=out, capture_output=True, text=True, check=True)
+    assert "hidden_python_call" not in pre.stdout and "__global__ void k" in pre.stdout
 
 
 def test_other_headers_and_non_string_sources_are_kept():
