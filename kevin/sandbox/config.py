@@ -84,8 +84,9 @@ class SandboxConfig:
     """tasks whose golden data (inputs on disk, outputs in memory) a Sandbox keeps; older ones are recomputed"""
     max_golden_bytes: int | None = 24 << 30
     """bytes of golden data (the inputs files on disk and the outputs in the parent's memory) a Sandbox keeps:
-    past it, the least recently used tasks that no candidate is using are dropped (at KernelBench sizes one task
-    holds up to 7 GB, and 13 tasks filled a 64 GB disk). None = only ``max_golden_tasks`` bounds it"""
+    past it, the least recently used tasks that no pending candidate needs (queued ones included) are dropped (at
+    KernelBench sizes one task holds up to 7 GB, and 13 tasks filled a 64 GB disk). None = only ``max_golden_tasks``
+    bounds it"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))
