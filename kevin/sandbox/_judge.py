@@ -106,7 +106,8 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     arrival times here: implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
     call cost beyond the harness, with the harness's cost measured in the same process a moment before, under
     the same load. The candidate's CPU clock, read here on each mark's arrival (`._process.cpu_clock`), gives
-    implied_cpu_s the same way (max of the tick count and the live threads' run time): waiting for a core on a
+    implied_cpu_s the same way (the process's CPU-time clock; where it cannot be read, the larger of the tick count
+    and the live threads' run time): waiting for a core on a
     loaded host costs wall time and no CPU time, while work done anywhere in the process costs CPU time. A
     segment's figure is max(min(wall, cpu), wall / 2) (the CPU figure only when no other process shares the
     candidate's session or has it as parent and no child was reaped in between: a helper process works off its
@@ -141,6 +142,8 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
         x, y = a.cpu, b.cpu
         if not alone or x is None or y is None or x.reaped != y.reaped:
             return wall, None
+        if x.process is not None and y.process is not None:  # precise: the tick count's 10 ms steps, taken as
+            return wall, (y.process - x.process) * 1e3  # the larger, gave an honest kernel 1.2 ms a call it never ran
         cpu = y.ticks - x.ticks
         if x.live is not None and y.live is not None:
             cpu = max(cpu, y.live - x.live)
