@@ -351,6 +351,20 @@ def test_a_golden_prefetched_for_queued_candidates_is_not_dropped_before_they_us
     assert set(cache.entries) == {"a"}  # 200 bytes, within the budget: kept for a later batch
 
 
+def test_a_candidate_pins_its_tasks_golden_for_its_whole_evaluation(tmp_path, monkeypatch):
+    # the cache keeps a pinned task's golden (test above); the pipeline must pin it before the candidate queues
+    from kevin.sandbox import _resolve
+    from kevin.sandbox.result import EvalResult
+
+    sandbox = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path), precompiled_header=False))
+    seen = []
+    monkeypatch.setattr(sandbox, "_stages", lambda task_src, src, state: (
+        seen.append(dict(sandbox._golden.wanted)), EvalResult("format_error", "stub"))[1])
+    sandbox._pipeline("task source", "candidate source")
+    assert seen == [{_resolve.sha256("task source"): 1}]
+    assert sandbox._golden.wanted == {}  # let go once judged
+
+
 def test_golden_outputs_reach_the_parent_without_ever_being_written_to_disk(tmp_path):
     from kevin.sandbox._golden_run import run_golden
 
