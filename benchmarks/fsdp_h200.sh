@@ -4,7 +4,9 @@
 # through the CUDA sandbox with recipes/configs/accelerate/$CONFIG: fsdp2_offload.yaml by default (its offloaded state
 # needs ~113 GiB of host memory for 7B), CONFIG=fsdp2.yaml keeps the shards on the GPU (~114 GiB of state there).
 # Host and GPU memory are sampled every second beside the run; no checkpoint is written (one of 7B with its AdamW
-# state is about 122 GB, more than the machine's disk). Run from the repository root; writes a few files to $OUT.
+# state is about 122 GB, more than the machine's disk). RESUME_MODEL=random:qwen2.5-1.5b then checks a sharded
+# checkpoint on the GPU with a smaller model: one step with a checkpoint, then `--resume latest` for the second.
+# Run from the repository root; writes a few files to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200
@@ -43,4 +45,16 @@ for row in rows:
     if "time/step" in row:
         print("step", row["step"], json.dumps({k: row.get(k) for k in keys}))
 EOF
+if [ -n "${RESUME_MODEL:-}" ]; then
+  for part in "--steps 1" "--steps 2 --resume latest"; do
+    echo "== $RESUME_MODEL, $CONFIG, $part (t=$SECONDS s)"
+    timeout "${RESUME_S:-150}" accelerate launch --config_file "recipes/configs/accelerate/$CONFIG" --num_processes 1 \
+      recipes/train_multiturn.py --model "$RESUME_MODEL" --backend cuda $RL --checkpoint_every 1 $part \
+      --output_dir "$R/resume" $([ "$part" = "--steps 1" ] && echo --overwrite) >> "$OUT/fsdp_resume.log" 2>&1
+    echo "rc=$?" | tee -a "$OUT/fsdp_resume.log"
+  done
+  grep -E "resum|checkpoint|step|Error" "$OUT/fsdp_resume.log" | grep -v "it/s\]\|s/it\]" | tail -12
+  cp "$R/resume/metrics.jsonl" "$OUT/fsdp_resume_metrics.jsonl" 2>/dev/null
+  du -sh "$R/resume"/* 2>/dev/null | tail -5; rm -rf "$R/resume"
+fi
 echo "seconds $SECONDS"

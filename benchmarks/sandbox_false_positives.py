@@ -245,6 +245,9 @@ def main() -> int:
     p.add_argument("--batch-deadline", type=float, default=None, help="seconds after which a batch's unjudged "
                    "candidates are judged timeout (evaluate_many's deadline_s; default: none), so that a slow host "
                    "still returns every batch, and each record's phase seconds say where the time went")
+    p.add_argument("--max-golden-gib", type=float, default=None, help="golden data the sandbox keeps between "
+                   "batches (SandboxConfig.max_golden_bytes; default: the config's): the honest corpus's tasks at "
+                   "KernelBench sizes hold about 45 GiB, so later rounds recompute some goldens under the default")
     a = p.parse_args()
 
     backend = "cpu" if a.device == "cpu" else "cuda"
@@ -257,13 +260,14 @@ def main() -> int:
         honest.entries = lambda b, f=None: honest_entries(b, files)  # noqa: E731
     n_load = a.load if a.load is not None else len(honest.entries(backend))
     cache = a.cache_dir or tempfile.mkdtemp(prefix="kevin-fp-")
-    config = SandboxConfig(workers=a.workers, cache_dir=cache)
+    golden = {} if a.max_golden_gib is None else {"max_golden_bytes": int(a.max_golden_gib * 2**30)}
+    config = SandboxConfig(workers=a.workers, cache_dir=cache, **golden)
     sandbox = Sandbox(a.device, config)
     attacker = Sandbox(a.device, SandboxConfig(workers=a.workers, cache_dir=cache, static_checks=False,
                                                 kernel_inventory=False)) if a.attacks == "dynamic" else None
     nonce = secrets.token_hex(3)
     meta = dict(device=a.device, cores=cores, workers=a.workers, busy=busy, load=n_load, broken=a.broken,
-                batch_deadline_s=a.batch_deadline,
+                batch_deadline_s=a.batch_deadline, max_golden_bytes=config.max_golden_bytes,
                 attacks=a.attacks, rounds=a.rounds, cache_dir=cache, max_wall_ratio=config.max_wall_ratio,
                 n_trials=config.n_trials, n_warmup=config.n_warmup)
     print(json.dumps(meta), flush=True)
