@@ -49,7 +49,7 @@ if [ -n "${RESUME_MODEL:-}" ]; then
   for part in "--steps 1" "--steps 2 --resume latest"; do
     echo "== $RESUME_MODEL, $CONFIG, $part (t=$SECONDS s)"
     timeout "${RESUME_S:-150}" accelerate launch --config_file "recipes/configs/accelerate/$CONFIG" --num_processes 1 \
-      recipes/train_multiturn.py --model "$RESUME_MODEL" --backend cuda $RL --checkpoint_every 1 $part \
+      recipes/train_multiturn.py --model "$RESUME_MODEL" --backend cuda ${RL//--checkpoint_every 0/} --checkpoint_every 1 $part \
       --output_dir "$R/resume" $([ "$part" = "--steps 1" ] && echo --overwrite) >> "$OUT/fsdp_resume.log" 2>&1
     echo "rc=$?" | tee -a "$OUT/fsdp_resume.log"
   done

@@ -185,17 +185,22 @@ def _violations(msg: _process.Message) -> list[str]:
     return [str(x) for x in v] if isinstance(v, list) else ["the report is malformed"]
 
 
+def _output_bytes(golden: _golden_run.Golden, prefix: str) -> int:
+    """Bytes of the golden outputs whose keys start with ``prefix`` ("set": the correctness sets, "re": the rechecks)."""
+    return sum(t.numel() * t.element_size() for k, t in golden.outputs.items() if k.startswith(prefix))
+
+
 class CandidateRun:
     """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
 
     def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
                  arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None,
-                 deadline: float = float("inf")):
+                 deadline: float = float("inf"), scratch_parent: str | None = None):
         self.config = config
         self.deadline = deadline  # the batch's (monotonic): every wait ends by then as well as by its own limit
         self.backend = backend
         self.src = src
-        self.scratch = tempfile.mkdtemp(prefix="kevin-run-")
+        self.scratch = tempfile.mkdtemp(prefix="kevin-run-", dir=scratch_parent)  # the Sandbox's root: swept if it dies
         self.t0 = time.monotonic()
         self.details: dict[str, Any] = {}
         cand = os.path.join(self.scratch, "candidate.py")
@@ -291,6 +296,8 @@ class CandidateRun:
             "sets": [s["inputs"] for s in golden.meta["sets"]],
             "rechecks": [r["inputs"] for r in golden.meta["rechecks"]] if config.measure_speed else [],
             "init_inputs": golden.meta["init_inputs"], "init_seed": golden.meta["init_seed"],
+            # the reference's output sizes (not secret): past them, a failed write of the outputs is the kernel's
+            "output_bytes": _output_bytes(golden, "set"), "recheck_bytes": _output_bytes(golden, "re"),
         }
         self.details["set_names"] = list(golden.meta.get("set_names", []))
         with checks():
@@ -416,6 +423,12 @@ class CandidateRun:
                 details["out_of_memory"] = where
             if where == "import":
                 return EvalResult("compile_error", feedback.compile_error_feedback(text, source=self.src), details=details)
+            if where == "harness":  # the harness's own files (a full disk): not the kernel's failure
+                details["internal_error"] = text
+                return EvalResult("runtime_error", feedback.runtime_error_feedback(
+                    f"the sandbox failed internally while {phase} (writing its own files: "
+                    f"{text.strip().splitlines()[-1][-200:] if text.strip() else 'an OS error'}); not your kernel's fault."),
+                    details=details)
             return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),
                               details=details)
         if msg is not None and msg.event == "garbage":

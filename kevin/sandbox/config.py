@@ -87,6 +87,10 @@ class SandboxConfig:
     past it, the least recently used tasks that no pending candidate needs (queued ones included) are dropped (at
     KernelBench sizes one task holds up to 7 GB, and 13 tasks filled a 64 GB disk). None = only ``max_golden_tasks``
     bounds it"""
+    min_free_disk_bytes: int | None = 8 << 30
+    """free bytes the Sandbox leaves on the disk of its scratch directory: below it, golden data no pending candidate
+    needs is dropped (candidates write their outputs there too, up to gigabytes each at KernelBench sizes). None = no
+    reserve"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))
@@ -168,6 +172,8 @@ class SandboxConfig:
             raise ValueError("n_rechecks must be between 1 and n_trials when measure_speed is on")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.min_free_disk_bytes is not None and self.min_free_disk_bytes < 0:
+            raise ValueError("min_free_disk_bytes must be >= 0 bytes (or None)")
         if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too
             raise ValueError("launch_cover_us must be between 0 and 100000 (microseconds)")
 

@@ -42,10 +42,11 @@ _PATH_CHARS = r"[^\s\"'`,;:()<>\[\]{}|=]"  # a path ends at blanks, quotes, ``fi
 _TOKEN = _PATH_CHARS + "*"
 _HEX_DIR = re.compile(r"(?:^|/)[0-9a-f]{16,64}/")  # content-addressed build, object and header cache entries
 _RUN_DIR = re.compile(r"kevin-run-[A-Za-z0-9_]+(?:/|$)")
+_SANDBOX_DIR = re.compile(r"kevin-sandbox-[A-Za-z0-9_]+(?:/|$)")  # a Sandbox's scratch root (holds the run dirs)
 _TORCH = re.compile(r"(?:site|dist)-packages/torch(?:/|$)")
 _PYLIB = re.compile(r"(?:(?:site|dist)-packages|/lib/python3\.\d+)(?:/|$)")
 _PATH_TOKEN = re.compile(_PATH_CHARS + "+")
-_MARKER = re.compile(r"kevin-run-|(?:site|dist)-packages|lib/python3\.\d|/kevin/sandbox/|/kevin/[\w/]*\.py$|"
+_MARKER = re.compile(r"kevin-run-|kevin-sandbox-|(?:site|dist)-packages|lib/python3\.\d|/kevin/sandbox/|/kevin/[\w/]*\.py$|"
                      r"(?:^|/)[0-9a-f]{16,64}/|/(?:tmp|var/tmp|dev/shm|home|root|Users)/")
 _FLAG = re.compile(r"^-{1,2}[A-Za-z][\w-]*=?")  # ``-I/path``, ``--include-path=/path``
 
@@ -82,6 +83,9 @@ def _neutral(path: str) -> str:
         if found:
             rest = path[found[-1].end():]
             return rest or "<dir>"
+    found = list(_SANDBOX_DIR.finditer(path))
+    if found:  # elsewhere in a Sandbox's root (golden data): the file's name only
+        return os.path.basename(path[found[-1].end():].rstrip("/")) or "<dir>"
     if os.path.normpath(path) in _ROOTS:
         return "<dir>"
     return os.path.basename(path.rstrip("/")) or "<dir>"

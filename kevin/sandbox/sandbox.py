@@ -34,7 +34,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Iterator, Sequence
 
-from . import _golden_run, _judge, _process, _resolve, feedback
+from . import _golden_run, _judge, _process, _resolve, _scratch, feedback
 from kevin.sandbox.build import pch as _pch
 from .config import SandboxConfig
 from .result import EvalResult
@@ -60,24 +60,29 @@ def _cpu_name() -> str:
     return f"cpu:{os.cpu_count()}"
 
 
-def _cleanup(root: str, zygotes: list) -> None:
+def _cleanup(root: str, zygotes: list, owner_fd: int | None = None) -> None:
     for z in zygotes:
         z.close()
     shutil.rmtree(root, ignore_errors=True)
+    if owner_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(owner_fd)
 
 
 class _GoldenCache:
     """Golden data of at most ``capacity`` tasks and ``max_bytes`` bytes, in memory and on disk (inputs can be
     gigabytes per task).
 
-    Past either bound, the least recently used task is dropped, and its directory deleted, once no candidate is
-    using it or waiting to (`pinned`); dropping only costs a recomputation (the same secret seed gives the same
-    inputs), but a task dropped between its prefetch and its candidates' use was computed twice in one batch.
+    Past either bound, or while the disk under ``min_free[0]`` has less than ``min_free[1]`` bytes free, the least
+    recently used task is dropped, and its directory deleted, once no candidate is using it or waiting to
+    (`pinned`); dropping only costs a recomputation (the same secret seed gives the same inputs), but a task dropped
+    between its prefetch and its candidates' use was computed twice in one batch.
     """
 
-    def __init__(self, capacity: int, max_bytes: int | None = None):
+    def __init__(self, capacity: int, max_bytes: int | None = None, min_free: tuple[str, int | None] | None = None):
         self.capacity = max(1, capacity)
         self.max_bytes = max_bytes
+        self.min_free = min_free
         self.entries: OrderedDict[str, _golden_run.Golden] = OrderedDict()
         self.users: dict[str, int] = {}
         self.wanted: dict[str, int] = {}  # candidates of the task not yet judged (queued, compiling or judged now)
@@ -102,6 +107,8 @@ class _GoldenCache:
                     self.entries.move_to_end(key)
                     self.users[key] = self.users.get(key, 0) + 1
                     return golden
+            with self._lock:
+                self._evict()  # room on the disk before a new task's inputs are written
             golden = compute()
             with self._lock:
                 self.entries[key] = golden
@@ -129,7 +136,7 @@ class _GoldenCache:
                 self._evict()
 
     def _over(self) -> bool:
-        if len(self.entries) > self.capacity:
+        if len(self.entries) > self.capacity or _disk_short(self.min_free):
             return True
         return self.max_bytes is not None and sum(_golden_bytes(g) for g in self.entries.values()) > self.max_bytes
 
@@ -141,6 +148,17 @@ class _GoldenCache:
             golden = self.entries.pop(victim)
             if golden.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(golden.inputs_path)), ignore_errors=True)
+
+
+def _disk_short(min_free: tuple[str, int | None] | None) -> bool:
+    """Whether the filesystem of ``min_free[0]`` has fewer than ``min_free[1]`` bytes free (False with no reserve, or
+    when it cannot be read)."""
+    if not min_free or min_free[1] is None:
+        return False
+    try:
+        return shutil.disk_usage(min_free[0]).free < min_free[1]
+    except OSError:
+        return False
 
 
 def _golden_bytes(golden: _golden_run.Golden) -> int:
@@ -349,12 +367,13 @@ class Sandbox:
         self.cache_dir = self.config.resolved_cache_dir()
         os.makedirs(self.cache_dir, exist_ok=True)
         self._seed = self.config.seed if self.config.seed is not None else secrets.randbits(63)
-        self._root = tempfile.mkdtemp(prefix="kevin-sandbox-")
-        os.chmod(self._root, 0o700)
+        _scratch.sweep()  # the directories of Sandboxes whose process was killed: gigabytes of golden inputs each
+        self._root, owner_fd = _scratch.make_root()  # locked while this Sandbox lives (closed by the finalizer)
         self._zygote: list[_process.Zygote] = []  # started lazily; a list so the finalizer sees it
         self._zygote_failed = False
-        self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote)
-        self._golden = _GoldenCache(self.config.max_golden_tasks, self.config.max_golden_bytes)
+        self._finalizer = weakref.finalize(self, _cleanup, self._root, self._zygote, owner_fd)
+        self._golden = _GoldenCache(self.config.max_golden_tasks, self.config.max_golden_bytes,
+                                    min_free=(self._root, self.config.min_free_disk_bytes))
         self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
         self._baselines: dict[str, dict[str, float]] = {}  # baseline key -> {name: ms}, first timings (never from disk)
         self._lock = threading.Lock()
@@ -516,7 +535,7 @@ class Sandbox:
             marks["spawned"] = time.monotonic()
             run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                       gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
-                                      zygote=zygote, deadline=state.deadline)
+                                      zygote=zygote, deadline=state.deadline, scratch_parent=self._root)
             state.run = run
             try:
                 state.check()

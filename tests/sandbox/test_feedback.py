@@ -231,6 +231,16 @@ def test_feedback_of_every_status_is_path_free(status):
     assert_path_free(msg)
 
 
+def test_paths_inside_a_sandboxs_scratch_root_become_short_tokens():
+    # candidates' run directories live inside the Sandbox's own root, whose name is as private as theirs
+    root = "/tmp/kevin-sandbox-ab12cd34"
+    assert feedback.scrub_paths(f'File "{root}/kevin-run-x9/candidate.py", line 3') == 'File "candidate.py", line 3'
+    assert feedback.scrub_paths(f"mp/kevin-sandbox-ab12cd34/kevin-run-x9/main.cpp:7:3: error") == "main.cpp:7:3: error"
+    assert feedback.scrub_paths(f"-I{root}/") == "-I<dir>"  # -I/tmp/kevin-sandbox-ab12cd34/ -> -I<dir>
+    assert feedback.scrub_paths("mp/kevin-sandbox-ab12cd34/golden-k2j3/x/inputs.safetensors") == "inputs.safetensors"
+    assert "kevin-sandbox-" not in feedback.scrub_paths("mp/kevin-sandbox-ab12cd34/kevin-r")
+
+
 def test_the_truncated_and_whole_forms_of_sandbox_paths_become_short_tokens():
     assert feedback.scrub_paths(f"{TMP}/candidate.py:3") == "candidate.py:3"
     assert feedback.scrub_paths("mp/kevin-run-t9f6jibd/candidate.py") == "candidate.py"

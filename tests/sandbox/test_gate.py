@@ -131,7 +131,8 @@ def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_pat
     run.deadline = float("inf")
     inputs = tmp_path / "golden.safetensors"
     inputs.write_bytes(b"")
-    golden = SimpleNamespace(inputs_path=str(inputs), meta={"sets": [], "rechecks": [], "init_inputs": [], "init_seed": 0})
+    golden = SimpleNamespace(inputs_path=str(inputs), outputs={},
+                             meta={"sets": [], "rechecks": [], "init_inputs": [], "init_seed": 0})
     result = run.judge(golden, baseline_ms=None, checks=gate.shared, timing=gate.exclusive)
     assert result.status == "timeout"
     assert kills == [1]  # killed while it still held the device, so no timing could start beside it

@@ -187,3 +187,21 @@ def test_the_cpu_clock_of_another_process_resolves_milliseconds_the_tick_count_r
     assert before.process is not None and after.process is not None
     # the printing and the reads around the work cost a little more than the work: within 2 ms of it
     assert own <= after.process - before.process <= own + 0.002
+
+
+def test_a_harness_write_failure_is_reported_as_the_sandboxs_not_the_kernels():
+    # the worker reports {"event": "error", "phase": "harness"} when its own outputs file could not be written
+    from types import SimpleNamespace
+
+    from kevin.sandbox._judge import CandidateRun
+    from kevin.sandbox._process import Message
+
+    run = CandidateRun.__new__(CandidateRun)
+    tb = "Traceback ...\nSafetensorError: Error while serializing: I/O error: No space left on device (os error 28)"
+    run.worker = SimpleNamespace(messages=[Message(0.0, {"event": "model_ready"})])
+    run.details, run.src = {}, ""
+    result = run._crash(Message(1.0, {"event": "error", "phase": "harness", "message": tb}), 0.0, 60.0)
+    assert result.status == "runtime_error"
+    assert "the sandbox failed internally" in result.feedback and "not your kernel's fault" in result.feedback
+    assert "No space left on device" in result.feedback
+    assert result.details["internal_error"] == tb

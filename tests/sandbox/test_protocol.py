@@ -320,6 +320,41 @@ def test_the_golden_cache_drops_the_least_recently_used_free_task_past_its_byte_
     assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
 
 
+def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve(tmp_path):
+    # a reserve larger than any disk: the disk is always short, so each task goes as soon as it is free
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox.sandbox import _GoldenCache
+
+    def make(name):
+        d = tmp_path / f"golden-{name}" / name
+        d.mkdir(parents=True)
+        (d / "inputs.safetensors").write_bytes(b"x")
+        return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"))
+
+    cache = _GoldenCache(capacity=10, min_free=(str(tmp_path), 1 << 62))
+    cache.acquire("a", make("a"))
+    assert set(cache.entries) == {"a"}  # in use: kept however short the disk is
+    cache.release("a")
+    assert cache.entries == {} and not (tmp_path / "golden-a").exists()
+    roomy = _GoldenCache(capacity=10, min_free=(str(tmp_path), 0))  # a reserve every disk meets
+    roomy.acquire("b", make("b"))
+    roomy.release("b")
+    assert set(roomy.entries) == {"b"}
+
+
+def test_a_new_golden_makes_room_on_a_short_disk_before_it_is_computed(tmp_path):
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox.sandbox import _GoldenCache
+
+    cache = _GoldenCache(capacity=10)
+    (tmp_path / "golden-a" / "a").mkdir(parents=True)
+    cache.entries["a"] = Golden("a", inputs_path=str(tmp_path / "golden-a" / "a" / "inputs.safetensors"))
+    cache.min_free = (str(tmp_path), 1 << 62)  # the disk is now short; "a" is free and unwanted
+    seen = []
+    cache.acquire("b", lambda: (seen.append(set(cache.entries)), Golden("b"))[1])
+    assert seen == [set()]  # "a" was gone before "b" was computed
+
+
 def test_a_golden_prefetched_for_queued_candidates_is_not_dropped_before_they_use_it(tmp_path):
     # On the H200 a batch's prefetch computed a task's golden and released it while the task's candidates still
     # queued; past the byte budget it was dropped at once and computed again for them.

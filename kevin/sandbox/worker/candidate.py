@@ -44,6 +44,21 @@ def _tag(exc: BaseException, phase: str) -> BaseException:
     return exc
 
 
+def harness_write(save: Any, tensors: dict[str, Any], path: str, reference_bytes: int | None = None) -> None:
+    """``save(tensors, path)``, the harness's own file for the parent. An I/O failure of it (a full disk: an
+    ``OSError``, or safetensors' own error naming an I/O error) becomes `HarnessWriteError`, which the parent
+    reports as the sandbox's failure, unless the tensors are larger than the reference's outputs
+    (``reference_bytes``): a kernel whose outputs filled the disk failed by itself."""
+    try:
+        save(tensors, path)
+    except Exception as exc:
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        if (isinstance(exc, OSError) or "I/O error" in str(exc)) and reference_bytes is not None \
+                and size <= reference_bytes:
+            raise _worker.HarnessWriteError(f"{type(exc).__name__}: {exc}") from exc
+        raise
+
+
 def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     backend = job["backend"]
     _worker.apply_limits(job.get("memory_limit") if backend == "cpu" else None)
@@ -179,7 +194,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         # timing, and dozens of processes waiting with gigabytes each could leave too little for the one timed.
         torch.cuda.empty_cache()
     out_path = os.path.join(os.getcwd(), "outputs.safetensors")
-    save_file(outputs, out_path)
+    harness_write(save_file, outputs, out_path, spec.get("output_bytes"))
     shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
               for i in range(sum(k.startswith("set0.") for k in outputs))]
     send("outputs", file=out_path, violations=violations, rules=sorted(rules), torch_ops=torch_ops)
@@ -230,7 +245,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         del pool, recheck_args
         torch.cuda.empty_cache()
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
-    save_file(re_out, re_path)
+    harness_write(save_file, re_out, re_path, spec.get("recheck_bytes"))
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
          violations=violations, rules=sorted(rules), native_threads=[threads0_native, _guards.native_threads()])
     receive()  # stay mapped until the parent has read the libraries once more (it kills this process after)

@@ -116,6 +116,20 @@ def _out_of_memory(exc: BaseException) -> bool:
     return isinstance(kind, type) and isinstance(exc, kind)
 
 
+class HarnessWriteError(Exception):
+    """The harness could not write its own file for the parent (a full disk): the sandbox's failure, not the
+    candidate's. Only an exception of exactly this type is reported with phase "harness": a candidate's exception
+    can carry any ``phase`` attribute (a class property survives the harness's tagging)."""
+
+    phase = "harness"
+
+
+def reported_phase(exc: BaseException) -> str:
+    """Where ``exc`` happened, as its ``phase`` tag says; "harness" only from a `HarnessWriteError` itself."""
+    phase = str(getattr(exc, "phase", "unknown"))
+    return "unknown" if phase == "harness" and type(exc) is not HarnessWriteError else phase
+
+
 def run_main(main: Any) -> None:
     """Run ``main(job, channel)``; report an uncaught exception as an ``error`` event; exit 0."""
     job, channel = parse_argv(sys.argv)
@@ -123,7 +137,7 @@ def run_main(main: Any) -> None:
         main(job, channel)
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report
         try:
-            channel.send("error", phase=getattr(exc, "phase", "unknown"), message=error_text(exc, 20000),
+            channel.send("error", phase=reported_phase(exc), message=error_text(exc, 20000),
                          out_of_memory=_out_of_memory(exc))
         except OSError:
             pass
