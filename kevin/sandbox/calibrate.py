@@ -19,14 +19,14 @@ CPU-sized task.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from . import _golden_run, _resolve, compare, feedback
+from . import _golden_run, _resolve, _scratch, compare, feedback
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -69,7 +69,8 @@ def calibrate_many(tasks: Sequence[Any], *, device: str = "cpu", config: Sandbox
         _resolve.validate_task_source(src, task.task_id)
         sources.append(src)
     seed = config.seed if config.seed is not None else secrets.randbits(63)
-    root = tempfile.mkdtemp(prefix="kevin-calibrate-")
+    _scratch.sweep()
+    root, owner_fd = _scratch.make_root()  # swept by a later Sandbox if this process is killed
     try:
         keys = [f"t{i}" for i in range(len(tasks))]
         gpu = _resolve.physical_gpu(spec.gpus[0]) if spec.backend == "cuda" else None
@@ -88,6 +89,7 @@ def calibrate_many(tasks: Sequence[Any], *, device: str = "cpu", config: Sandbox
         return reports
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        os.close(owner_fd)
 
 
 def control_outputs(name: str, refs: list[Any], inputs: list[Any], sub: list[Any], first_refs: list[Any]) -> list[Any] | None:
