@@ -12,6 +12,7 @@ Standard library only; Linux and macOS (``fcntl``).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -32,7 +33,8 @@ def make_root(parent: str | None = None) -> tuple[str, int]:
     try:
         os.chmod(root, 0o700)
         fd = os.open(os.path.join(root, OWNER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with contextlib.suppress(OSError):  # a filesystem without locks: the probe cannot lock it either, so kept
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, f"{os.getpid()}\n".encode())  # for a person reading /tmp; the lock is what counts
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
