@@ -280,15 +280,21 @@ def test_task_sizes_for_the_backend_are_applied():
     assert "dim = 8" in t.source_for("cpu")
 
 
-def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_uses_it(tmp_path):
+def _stored_golden(tmp_path, name):
+    """A compute function for the golden of task ``name``, whose (empty) inputs file lies in its own directory."""
     from kevin.sandbox._golden_run import Golden
+
+    d = tmp_path / f"golden-{name}" / name
+    d.mkdir(parents=True)
+    (d / "inputs.safetensors").write_bytes(b"")
+    return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"))
+
+
+def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_uses_it(tmp_path):
     from kevin.sandbox.sandbox import _GoldenCache
 
     def make(name):
-        d = tmp_path / f"golden-{name}" / name
-        d.mkdir(parents=True)
-        (d / "inputs.safetensors").write_bytes(b"")
-        return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"))
+        return _stored_golden(tmp_path, name)
 
     cache = _GoldenCache(capacity=1)
     cache.acquire("a", make("a"))  # "a" in use
@@ -322,14 +328,10 @@ def test_the_golden_cache_drops_the_least_recently_used_free_task_past_its_byte_
 
 def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve(tmp_path):
     # a reserve larger than any disk: the disk is always short, so each task goes as soon as it is free
-    from kevin.sandbox._golden_run import Golden
     from kevin.sandbox.sandbox import _GoldenCache
 
     def make(name):
-        d = tmp_path / f"golden-{name}" / name
-        d.mkdir(parents=True)
-        (d / "inputs.safetensors").write_bytes(b"x")
-        return lambda: Golden(name, inputs_path=str(d / "inputs.safetensors"))
+        return _stored_golden(tmp_path, name)
 
     cache = _GoldenCache(capacity=10, min_free=(str(tmp_path), 1 << 62))
     cache.acquire("a", make("a"))
