@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -83,6 +84,7 @@ class _GoldenCache:
         self.capacity = max(1, capacity)
         self.max_bytes = max_bytes
         self.min_free = min_free
+        self._warned = False
         self.entries: OrderedDict[str, _golden_run.Golden] = OrderedDict()
         self.users: dict[str, int] = {}
         self.wanted: dict[str, int] = {}  # candidates of the task not yet judged (queued, compiling or judged now)
@@ -148,6 +150,11 @@ class _GoldenCache:
             golden = self.entries.pop(victim)
             if golden.inputs_path:
                 shutil.rmtree(os.path.dirname(os.path.dirname(golden.inputs_path)), ignore_errors=True)
+            if _disk_short(self.min_free) and not self._warned:
+                self._warned = True  # once: every later task will be computed again for each use, which is slow
+                logging.getLogger(__name__).warning(
+                    "less than %d bytes free on the disk of %s: golden data is dropped as soon as it is unused "
+                    "(SandboxConfig.min_free_disk_bytes)", self.min_free[1], self.min_free[0])
 
 
 def _disk_short(min_free: tuple[str, int | None] | None) -> bool:

@@ -326,7 +326,7 @@ def test_the_golden_cache_drops_the_least_recently_used_free_task_past_its_byte_
     assert not (tmp_path / "golden-a").exists() and (tmp_path / "golden-b").exists()
 
 
-def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve(tmp_path):
+def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve(tmp_path, caplog):
     # a reserve larger than any disk: the disk is always short, so each task goes as soon as it is free
     from kevin.sandbox.sandbox import _GoldenCache
 
@@ -338,6 +338,7 @@ def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve
     assert set(cache.entries) == {"a"}  # in use: kept however short the disk is
     cache.release("a")
     assert cache.entries == {} and not (tmp_path / "golden-a").exists()
+    assert "golden data is dropped as soon as it is unused" in caplog.text  # said once, since it makes runs slow
     roomy = _GoldenCache(capacity=10, min_free=(str(tmp_path), 0))  # a reserve every disk meets
     roomy.acquire("b", make("b"))
     roomy.release("b")
