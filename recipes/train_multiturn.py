@@ -13,9 +13,8 @@ How it differs from the paper (docs/method.md):
    before the first step: the first step is exactly on-policy, the second slightly off.
 3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
    seq-mean-token-sum-norm``; Eq. 1's token mean stays the default). lr 2e-6 constant after 3% warm-up (the blog's).
-4. The step's trajectories are dealt over the processes in blocks (8 tasks on 8 GPUs: one task each, as in the paper;
-   any number otherwise), each generated and judged on its process's GPU; rewards come from the gathered rollout;
-   gradients are averaged (DDP), or the model is sharded (FSDP2; not the paper's DeepSpeed ZeRO-3: recipes/README.md).
+4. The step's trajectories are dealt over the processes in blocks (8 tasks on 8 GPUs: one each, as the paper; any
+   number otherwise), judged on their own GPU; gradients averaged (DDP) or sharded (FSDP2, not ZeRO-3: recipes/README).
 
 Launch (``--help``: every option, with its documentation; ``--config file.yaml``: options from a file):
     python recipes/train_multiturn.py                       # CPU: the starter policy on 4 tasks, CPU sandbox
@@ -98,6 +97,8 @@ class Config(RunConfig):
     """S = w * correct + speedup * correct (paper: 0.3)"""
     speedup_cap: float | None = None
     """cap on the speedup term of S (paper: none)"""
+    measure_speed: bool = True
+    """time correct kernels for the speedup term of S; false: correctness alone, no timing (faster, not the paper)"""
     gamma: float = 0.4
     """discount of later turns' scores in a turn's return (paper: 0.4)"""
     reward_mode: str = "sum"
@@ -166,8 +167,7 @@ def behaviour_logprobs(cfg: Config, lrn: Learner, mb: Any) -> tuple[torch.Tensor
 
 def micro_loss(cfg: Config, lrn: Learner, mb: Any, mini: Any, old: Any, ref: Any, budget: int, keep: float = 1.0):
     """GRPO loss of a micro-batch times its weight w (summed over a mini-batch and averaged over processes: the
-    mini-batch's loss; ``mini``: its `MiniBatch`, ``keep`` 0 for padding); ``budget`` is Dr. GRPO's constant; the gap of
-    the sampler's log-probs to ``old`` is logged."""
+    mini-batch's loss; ``keep`` 0 for padding); ``budget``: Dr. GRPO's constant. Logs the sampler's log-prob gap."""
     lp, sampled = response_logprobs(lrn.model, mb, temperature=cfg.temperature), mb.old_logprobs
     tis = truncated_is_weights(old, sampled, cap=cfg.tis_cap) if cfg.tis_cap > 0 and sampled is not None else None
     loss, stats = grpo_loss(lp, old, mb.advantages, mb.mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
@@ -237,7 +237,7 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
     workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
-    sandbox = Sandbox(device=device, config=SandboxConfig(workers=workers, precompiled_header=True))
+    sandbox = Sandbox(device, SandboxConfig(workers=workers, precompiled_header=True, measure_speed=cfg.measure_speed))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
     start = run.resume(cfg.resume, **state)
     if not start:
