@@ -87,10 +87,10 @@ class SandboxConfig:
     past it, the least recently used tasks that no pending candidate needs (queued ones included) are dropped (at
     KernelBench sizes one task holds up to 7 GB, and 13 tasks filled a 64 GB disk). None = only ``max_golden_tasks``
     bounds it"""
-    min_free_disk_bytes: int | None = 8 << 30
+    min_free_disk_bytes: int | None = 2 << 30
     """free bytes the Sandbox leaves on the disk of its scratch directory: below it, golden data no pending candidate
-    needs is dropped (candidates write their outputs there too, up to gigabytes each at KernelBench sizes). None = no
-    reserve"""
+    needs is dropped, and each task's golden is computed again for every use (slow; said once in the log).
+    Candidates write their outputs there too, up to gigabytes each at KernelBench sizes. None = no reserve"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))

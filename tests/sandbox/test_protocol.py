@@ -420,7 +420,8 @@ def test_golden_data_is_prefetched_once_per_task_while_candidates_compile(tmp_pa
 
     from kevin.sandbox import _golden_run
 
-    sb = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path), seed=1))
+    # no disk reserve: on a machine with little free disk the cache would drop the prefetched golden at once
+    sb = Sandbox("cpu", SandboxConfig(cache_dir=str(tmp_path), seed=1, min_free_disk_bytes=None))
     sb.backend = "cuda"  # prefetching is CUDA-only; the golden computation itself is replaced below
     calls = []
     done = threading.Event()
