@@ -187,7 +187,7 @@ def _violations(msg: _process.Message) -> list[str]:
 
 def _output_bytes(golden: _golden_run.Golden, prefix: str) -> int:
     """Bytes of the golden outputs whose keys start with ``prefix`` ("set": the correctness sets, "re": the rechecks)."""
-    return sum(t.numel() * t.element_size() for k, t in golden.outputs.items() if k.startswith(prefix))
+    return sum(t.nbytes for k, t in golden.outputs.items() if k.startswith(prefix))
 
 
 class CandidateRun:

@@ -52,7 +52,7 @@ def harness_write(save: Any, tensors: dict[str, Any], path: str, reference_bytes
     try:
         save(tensors, path)
     except Exception as exc:
-        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        size = sum(t.nbytes for t in tensors.values())
         if (isinstance(exc, OSError) or "I/O error" in str(exc)) and reference_bytes is not None \
                 and size <= reference_bytes:
             raise _worker.HarnessWriteError(f"{type(exc).__name__}: {exc}") from exc
