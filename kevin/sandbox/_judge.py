@@ -98,12 +98,15 @@ def report_median(report: dict[str, Any], timing_end: _process.Message | None,
     return median, ""
 
 
-def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls: int, config: SandboxConfig) -> dict[str, Any]:
+def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls: int, config: SandboxConfig,
+               stamps: Sequence[_process.MarkStamp] = ()) -> dict[str, Any]:
     """Per-call time implied by the parent's own clocks, against the reported median.
 
     The timed calls run in segments, each led by `._loop.NULL_CALLS` calls of the same harness around a null
     call, and the worker marks each null block and each segment (`._loop`). For segment s, from the marks'
-    arrival times here: implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
+    send times (``stamps``, the kernel's, when they are exactly the marks in order; else the arrival times here,
+    which lag whenever this process is slow to read, and a null block of two calls read late looks short by the
+    lag): implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
     call cost beyond the harness, with the harness's cost measured in the same process a moment before, under
     the same load. The candidate's CPU clock, read here on each mark's arrival (`._process.cpu_clock`), gives
     implied_cpu_s the same way (the process's CPU-time clock; where it cannot be read, the larger of the tick count
@@ -126,6 +129,10 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     expected = [(e, s) for s in range(len(sizes)) for e in ("null", "calls")] + [("end", len(sizes))]
     if [(m.event, m.data.get("index")) for m in marks] != expected:
         return {"ok": False, "reason": "the timing loop's marks are missing or out of order"}
+    sent = [x.sent for x in stamps]
+    exact = ([(x.event, x.index) for x in stamps] == expected
+             and all(b >= a for a, b in zip(sent, sent[1:])))  # a forged datagram or a clock step: arrival times
+    at = sent if exact else [m.t for m in marks]
     first, last = marks[0].cpu, marks[-1].cpu
     if first is not None and last is not None and first.threads is not None and last.threads is not None \
             and last.threads > first.threads:
@@ -136,10 +143,10 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     counted = [m.cpu for m in messages if m.event in ("timing_begin", "timing_end")]
     alone = len(counted) == 2 and all(c is not None and c.company == 0 for c in counted)
 
-    def spent(a: _process.Message, b: _process.Message) -> tuple[float, float | None]:
-        """(wall ms, CPU ms or None) between two marks."""
-        wall = (b.t - a.t) * 1e3
-        x, y = a.cpu, b.cpu
+    def spent(i: int, j: int) -> tuple[float, float | None]:
+        """(wall ms, CPU ms or None) between marks i and j."""
+        wall = (at[j] - at[i]) * 1e3
+        x, y = marks[i].cpu, marks[j].cpu
         if not alone or x is None or y is None or x.reaped != y.reaped:
             return wall, None
         if x.process is not None and y.process is not None:  # precise: the tick count's 10 ms steps, taken as
@@ -149,14 +156,13 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
             cpu = max(cpu, y.live - x.live)
         return wall, cpu * 1e3
 
-    nulls = [spent(marks[2 * s], marks[2 * s + 1])[0] / _loop.NULL_CALLS for s in range(len(sizes))]
+    nulls = [spent(2 * s, 2 * s + 1)[0] / _loop.NULL_CALLS for s in range(len(sizes))]
     noise = statistics.stdev(nulls) if len(nulls) > 1 else 0.0
     limit = config.max_wall_ratio * reported_ms + 0.5 + 3 * noise
     segments = []
     for s, size in enumerate(sizes):
-        null_mark, calls_mark, next_mark = marks[2 * s], marks[2 * s + 1], marks[2 * s + 2]
-        null_wall, null_cpu = (x / _loop.NULL_CALLS if x is not None else None for x in spent(null_mark, calls_mark))
-        call_wall, call_cpu = (x / size if x is not None else None for x in spent(calls_mark, next_mark))
+        null_wall, null_cpu = (x / _loop.NULL_CALLS if x is not None else None for x in spent(2 * s, 2 * s + 1))
+        call_wall, call_cpu = (x / size if x is not None else None for x in spent(2 * s + 1, 2 * s + 2))
         wall = call_wall - null_wall
         cpu = None if call_cpu is None or null_cpu is None else call_cpu - null_cpu
         implied = wall if cpu is None else max(min(wall, cpu), wall / 2)
@@ -166,6 +172,7 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     best = min(segments, key=lambda g: g["implied_ms"] - g["limit_ms"])
     ok = best["implied_ms"] <= best["limit_ms"]
     return {"ok": ok, "implied_ms": best["implied_ms"], "reported_ms": reported_ms, "segments": segments,
+            "clock": "sent" if exact else "arrival",
             "reason": "" if ok else (f"the parent's clocks imply {best['implied_ms']:.4g} ms per call, but the kernel "
                                     f"reported {reported_ms:.4g} ms (the timer was tampered with or work escaped the "
                                     "timed region)")}
@@ -219,7 +226,7 @@ class CandidateRun:
         if arch:
             extra["TORCH_CUDA_ARCH_LIST"] = arch
         self.worker = _process.Worker("kevin.sandbox.worker.candidate", job, scratch=self.scratch,
-                                      env=_process.scrubbed_env(self.scratch, extra), zygote=zygote)
+                                      env=_process.scrubbed_env(self.scratch, extra), zygote=zygote, marks=True)
 
     def close(self) -> None:
         self.worker.kill()
@@ -383,7 +390,7 @@ class CandidateRun:
         for name in ("timing_begin", "timing_end"):  # the timed loop itself, inside "timing" .. "timed"
             if name in events:
                 marks[name] = events[name].t
-        wall = wall_check(self.worker.messages, float(median), len(report["samples_ms"]), config)
+        wall = wall_check(self.worker.messages, float(median), len(report["samples_ms"]), config, self.worker.stamps)
         self.details["wall_check"] = wall
         if not wall["ok"]:
             return bad(wall["reason"])

@@ -2,7 +2,9 @@
 
 Standard library only. The parent never parses the worker's stdout or stderr (they go to log files in the
 worker's scratch directory and only their tails are shown as feedback); everything it decides on arrives as
-JSON lines on an inherited pipe, timestamped on arrival with the parent's own monotonic clock.
+JSON lines on an inherited pipe, timestamped on arrival with the parent's own monotonic clock. A candidate's
+timing marks also travel as datagrams on a socket whose kernel stamps each one when it is sent (`MarkStamp`): the
+parent's arrival time can lag by milliseconds (a reader thread waiting for the GIL), the kernel's cannot.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import queue
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -29,6 +32,11 @@ ENV_ALLOW = (
 )
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kevin.__file__)))
 MAX_LINE = 1 << 22
+MARK_EVENTS = ("null", "calls", "end")
+"""The timing loop's marks (`.worker.loop`), sent both as report lines and as stamped datagrams."""
+SO_TIMESTAMPNS = 35
+"""Linux's SO_TIMESTAMPNS (asm-generic value; Python's socket module does not name it): the kernel's CLOCK_REALTIME
+of each datagram's sending, as ancillary data of recvmsg."""
 
 
 def scrubbed_env(scratch: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -128,6 +136,49 @@ class Message:
         return str(self.data.get("event", ""))
 
 
+class MarkStamp(NamedTuple):
+    """One datagram of the mark socket: what it said (``event``, ``index``; "garbage" and -1 when unreadable) and
+    when the kernel says it was sent (CLOCK_REALTIME seconds: compare stamps only with each other)."""
+
+    event: str
+    index: int
+    sent: float
+
+
+def _mark_socket() -> tuple[socket.socket, socket.socket] | None:
+    """A datagram socket pair whose reading end stamps each datagram at sending; None where the kernel cannot."""
+    r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        r.close()
+        w.close()
+        return None
+    r.setblocking(False)
+    return r, w
+
+
+def _drain_marks(sock: socket.socket, into: list[MarkStamp]) -> None:
+    """Every datagram waiting on ``sock``, parsed, appended to ``into`` (non-blocking)."""
+    while True:
+        try:
+            payload, ancillary, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(16))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        sent = next((sec + nsec * 1e-9 for level, kind, data in ancillary
+                     if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16
+                     for sec, nsec in [struct.unpack("qq", data[:16])]), None)
+        try:
+            d = json.loads(payload)
+            event, index = str(d["event"]), int(d["index"])
+        except (ValueError, KeyError, TypeError):
+            event, index = "garbage", -1
+        if sent is not None:
+            into.append(MarkStamp(event, index, sent))
+
+
 SPAWN_TIMEOUT_S = 15.0
 """How long a spawn waits for the zygote's answer before retiring it."""
 
@@ -175,7 +226,7 @@ class Zygote:
             self._cond.notify_all()
         self._replies.put(-1)
 
-    def spawn(self, job_path: str, cwd: str, env: Mapping[str, str], fds: tuple[int, int]) -> "ForkedProcess":
+    def spawn(self, job_path: str, cwd: str, env: Mapping[str, str], fds: tuple[int, ...]) -> "ForkedProcess":
         req = {"job": job_path, "cwd": cwd, "env": dict(env), "stdout": os.path.join(cwd, "stdout.log"),
                "stderr": os.path.join(cwd, "stderr.log")}
         with self._lock:
@@ -247,11 +298,12 @@ class ForkedProcess:
 class Worker:
     """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``.
 
-    With a `Zygote` (candidate processes only) the process is a fork of it instead of a new interpreter.
+    With a `Zygote` (candidate processes only) the process is a fork of it instead of a new interpreter. With
+    ``marks`` (candidates) it also gets the sending end of a mark socket; `stamps` collects what arrives there.
     """
 
     def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None,
-                 zygote: Zygote | None = None, data_pipe: bool = False):
+                 zygote: Zygote | None = None, data_pipe: bool = False, marks: bool = False):
         self.scratch = scratch
         job_path = os.path.join(scratch, "job.json")
         with open(job_path, "w") as f:
@@ -263,10 +315,14 @@ class Worker:
         self.t_start = time.monotonic()
         self._kill_lock, self._killed = threading.Lock(), False
         env = dict(env if env is not None else scrubbed_env(scratch))
+        self.stamps: list[MarkStamp] = []
+        pair = _mark_socket() if marks else None
+        self._marks, mark_w = pair if pair is not None else (None, None)
+        mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
         self.proc: Any = None
         if zygote is not None:
             try:
-                self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r))
+                self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r, *mark_fds))
             except (RuntimeError, OSError, queue.Empty):
                 self.proc = None
                 # a child forked after all (a late zygote) must not share the pipes of the new interpreter
@@ -274,6 +330,12 @@ class Worker:
                     os.close(fd)
                 rep_r, rep_w = os.pipe()
                 cmd_r, cmd_w = os.pipe()
+                if pair is not None:
+                    for sock in pair:
+                        sock.close()
+                    pair = _mark_socket()
+                    self._marks, mark_w = pair if pair is not None else (None, None)
+                    mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
         self.data = None
         data_fds: tuple[int, ...] = ()
         if data_pipe:  # a binary pipe worker -> parent (golden outputs: never written to disk)
@@ -282,12 +344,15 @@ class Worker:
             data_fds = (data_w,)
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r), *map(str, data_fds)],
+                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r),
+                 *(f"data={fd}" for fd in data_fds), *(f"marks={fd}" for fd in mark_fds)],
                 cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-                pass_fds=(rep_w, cmd_r, *data_fds), close_fds=True, start_new_session=True,
+                pass_fds=(rep_w, cmd_r, *data_fds, *mark_fds), close_fds=True, start_new_session=True,
             )
         os.close(rep_w)
         os.close(cmd_r)
+        if mark_w is not None:
+            mark_w.close()
         for fd in data_fds:
             os.close(fd)
         self._cmd = os.fdopen(cmd_w, "wb", buffering=0)
@@ -312,6 +377,8 @@ class Worker:
                 event = data.get("event")
                 cpu = (cpu_clock(self.proc.pid, company=event in COMPANY_COUNTED)
                        if event in CPU_CLOCKED and self.proc is not None else None)
+                if event in MARK_EVENTS and self._marks is not None:  # its datagram went first: it is there
+                    _drain_marks(self._marks, self.stamps)
                 self._queue.put(Message(t, data, cpu))
         self._queue.put(None)
 
@@ -376,7 +443,7 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        for f in (self._cmd, self._out, self._err, self.data):
+        for f in (self._cmd, self._out, self._err, self.data, self._marks):
             if f is None:
                 continue
             try:

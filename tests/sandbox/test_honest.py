@@ -69,3 +69,8 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
     order = ("start", "spawned", "compiled", "golden", "checks", "checked", "timing", "timed", "done")
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
     assert marks["timing"] >= marks["checked"]  # the timing began only after the correctness runs had ended
+
+
+def test_the_wall_check_of_an_honest_candidate_times_its_marks_by_the_kernels_send_stamps(warm_builds):
+    # every mark's datagram arrived, in order: the parent's own reading lag is out of the figure
+    assert warm_builds["relu"].details["wall_check"]["clock"] == "sent"

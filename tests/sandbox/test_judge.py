@@ -12,7 +12,7 @@ import pytest
 
 from kevin.sandbox import SandboxConfig
 from kevin.sandbox._judge import wall_check
-from kevin.sandbox._process import CpuClock, Message, cpu_clock
+from kevin.sandbox._process import CpuClock, MarkStamp, Message, cpu_clock
 
 N = 10  # timed calls: segments of 2
 
@@ -205,3 +205,43 @@ def test_a_harness_write_failure_is_reported_as_the_sandboxs_not_the_kernels():
     assert "the sandbox failed internally" in result.feedback and "not your kernel's fault" in result.feedback
     assert "No space left on device" in result.feedback
     assert result.details["internal_error"] == tb
+
+
+def late_null_marks(lag_ms: float) -> tuple[list[Message], list[MarkStamp]]:
+    """An honest loop without CPU clocks: per segment, 2 null calls of 1.3 ms (2.6 ms) and 2 timed calls of
+    1.316 ms (2.632 ms). Every "null" mark is read ``lag_ms`` late (this process slow to read); the stamps carry the
+    true send times, on another clock (realtime: only their differences count)."""
+    t, true, lag = 10.0, [], {"null": lag_ms / 1e3}
+    for s in range(5):
+        true += [("null", s, t)]
+        t += 2.6e-3
+        true += [("calls", s, t)]
+        t += 2.632e-3
+    true += [("end", 5, t)]
+    messages = [Message(t + lag.get(e, 0.0), {"event": e, "index": i}) for e, i, t in true]
+    return messages, [MarkStamp(e, i, 1.7e9 + t) for e, i, t in true]
+
+
+def test_a_null_mark_read_late_is_timed_by_its_send_stamp():
+    # sent: 2.632 / 2 - 2.6 / 2 = 0.016 ms per call, within the bound of 0.548 ms
+    messages, stamps = late_null_marks(2.3)
+    r = wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), stamps)
+    assert r["ok"] and r["clock"] == "sent", r
+    assert r["implied_ms"] == pytest.approx(0.016, abs=1e-4)
+
+
+def test_a_forged_mark_datagram_leaves_the_arrival_times_in_force():
+    # an extra datagram: the stamps are ignored; by arrival, the last segment's null block looks 0.3 ms long, so
+    # 2.632 / 2 - 0.3 / 2 = 1.166 ms per call there (more elsewhere): over the bound, the honest loop is rejected
+    messages, stamps = late_null_marks(2.3)
+    forged = [MarkStamp("null", 0, stamps[0].sent - 0.05)] + stamps
+    r = wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), forged)
+    assert r["clock"] == "arrival" and not r["ok"], r
+    assert r["implied_ms"] == pytest.approx(1.166, abs=1e-3)
+
+
+def test_stamps_that_run_backwards_leave_the_arrival_times_in_force():
+    # a step of the realtime clock between two marks: the arrival times (monotonic) decide
+    messages, stamps = late_null_marks(0.0)
+    stepped = stamps[:3] + [s._replace(sent=s.sent - 1.0) for s in stamps[3:]]
+    assert wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), stepped)["clock"] == "arrival"

@@ -71,7 +71,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     # What decides is bound here, before any candidate code runs: replacing the module attributes later changes
     # nothing this function calls (and the tripwires report the replacement).
     time_calls, profiled_ops, op_inventory = timing.time_calls, _inventory.ProfiledOps, _inventory.OpInventory
-    send, receive = channel.send, channel.receive
+    send, receive, mark = channel.send, channel.receive, channel.mark  # bound before the candidate runs
     warm_up_dispatch_mode()
     set_deterministic(True)
     torch.utils.deterministic.fill_uninitialized_memory = True
@@ -219,7 +219,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         run = time_calls(lambda a: model(*a), pool, rng=rng, rechecks=recheck_args, **timing_args,
                          inventory=profiled_ops if job.get("inventory", True) else None,
                          audit=lambda full: wires.changes(dispatcher=full, flags=timing_flags),
-                         null_call=null_call, mark=lambda name, index: send(name, index=index))
+                         null_call=null_call, mark=mark)
     except BaseException as exc:
         raise _tag(exc, "timing")
     set_deterministic(True)

@@ -1,8 +1,9 @@
 """Worker-side plumbing shared by the golden, compile and candidate processes. Standard library only.
 
-A worker is started as ``python -m kevin.sandbox._<kind> JOB_JSON REPORT_FD COMMAND_FD``. It reports to
-the parent as JSON lines on the inherited pipe ``REPORT_FD`` (never on stdout, which is only logged) and
-reads one-word commands from ``COMMAND_FD``. The parent timestamps every line when it arrives.
+A worker is started as ``python -m kevin.sandbox._<kind> JOB_JSON REPORT_FD COMMAND_FD [data=FD] [marks=FD]``.
+It reports to the parent as JSON lines on the inherited pipe ``REPORT_FD`` (never on stdout, which is only logged)
+and reads one-word commands from ``COMMAND_FD``. The parent timestamps every line when it arrives; a candidate's
+timing marks also go, just before, as datagrams on ``marks``, which the kernel stamps when they are sent.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from typing import Any
 class Channel:
     """The private report pipe (worker -> parent) and command pipe (parent -> worker)."""
 
-    def __init__(self, report_fd: int, command_fd: int | None = None, data_fd: int | None = None):
+    def __init__(self, report_fd: int, command_fd: int | None = None, data_fd: int | None = None,
+                 mark_fd: int | None = None):
         self.report_fd = report_fd
         self.data_fd = data_fd
+        self.mark_fd = mark_fd
+        if mark_fd is not None:
+            os.set_blocking(mark_fd, False)  # a full socket drops the datagram, never stalls the timing loop
         self.command = os.fdopen(command_fd, "rb", buffering=0) if command_fd is not None and command_fd >= 0 else None
 
     def send(self, event: str, **fields: Any) -> None:
@@ -29,6 +34,15 @@ class Channel:
         while view:
             n = os.write(self.report_fd, view)
             view = view[n:]
+
+    def mark(self, event: str, index: int) -> None:
+        """A timing mark: a datagram the kernel stamps (dropped if it cannot go at once), then the report line."""
+        if self.mark_fd is not None:
+            try:
+                os.write(self.mark_fd, json.dumps({"event": event, "index": index}).encode())
+            except OSError:
+                pass
+        self.send(event, index=index)
 
     def send_bytes(self, event: str, payload: bytes, **fields: Any) -> None:
         """A header line ``{event, nbytes, ...}`` on the report pipe, then ``payload`` on the data pipe."""
@@ -64,10 +78,10 @@ def apply_limits(memory_bytes: int | None) -> None:
 
 def parse_argv(argv: list[str]) -> tuple[dict[str, Any], Channel]:
     job_path, report_fd, command_fd = argv[1], int(argv[2]), int(argv[3])
-    data_fd = int(argv[4]) if len(argv) > 4 else None
+    extra = {k: int(v) for k, _, v in (a.partition("=") for a in argv[4:])}
     with open(job_path) as f:
         job = json.load(f)
-    return job, Channel(report_fd, command_fd, data_fd)
+    return job, Channel(report_fd, command_fd, extra.get("data"), extra.get("marks"))
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

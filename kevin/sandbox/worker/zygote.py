@@ -9,7 +9,7 @@ the socket), and runs `kevin.sandbox.worker.candidate` exactly as a freshly spaw
 inherits nothing of other candidates: each fork starts from the zygote's clean state.
 
 Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"job", "cwd", "env", "stdout", "stderr"}`` with two
-fds (report pipe write end, command pipe read end); the zygote answers ``{"pid": ...}``, and later
+or three fds (report pipe write end, command pipe read end, the mark socket's sending end); the zygote answers ``{"pid": ...}``, and later
 ``{"exit": pid, "code": ...}`` (``code`` as ``Popen.returncode``: negative for a signal) when it reaps it.
 """
 
@@ -40,8 +40,9 @@ def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
             os.close(fd)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        report_fd, command_fd = fds
-        sys.argv = ["kevin.sandbox.worker.candidate", req["job"], str(report_fd), str(command_fd)]
+        report_fd, command_fd, *marks = fds
+        sys.argv = ["kevin.sandbox.worker.candidate", req["job"], str(report_fd), str(command_fd),
+                    *(f"marks={fd}" for fd in marks[:1])]
         from kevin.sandbox.worker import candidate as _candidate, channel as _worker
 
         _worker.run_main(_candidate.main)
@@ -65,7 +66,7 @@ def serve(sock: socket.socket) -> None:
             sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
         if not readable:
             continue
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
         if not msg:
             return
         req = json.loads(msg)
