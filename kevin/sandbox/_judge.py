@@ -98,15 +98,20 @@ def report_median(report: dict[str, Any], timing_end: _process.Message | None,
     return median, ""
 
 
+STAMP_SPAN_TOLERANCE_S = 0.05
+"""How far the stamps' span of the timing loop may differ from the arrival times' before a clock step is assumed
+(the arrival times lag by milliseconds, a step of the realtime clock is usually far larger)."""
+
+
 def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls: int, config: SandboxConfig,
                stamps: Sequence[_process.MarkStamp] = ()) -> dict[str, Any]:
     """Per-call time implied by the parent's own clocks, against the reported median.
 
     The timed calls run in segments, each led by `._loop.NULL_CALLS` calls of the same harness around a null
     call, and the worker marks each null block and each segment (`._loop`). For segment s, from the marks'
-    send times (``stamps``, the kernel's, when they are exactly the marks in order; else the arrival times here,
-    which lag whenever this process is slow to read, and a null block of two calls read late looks short by the
-    lag): implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
+    send times (``stamps``, the kernel's, when they are exactly the marks in order over the same span; else the
+    arrival times here, which lag whenever this process is slow to read: a null block of two calls read late
+    looks short by the lag): implied_wall_s = (its time / its calls) - (its null block's time / NULL_CALLS): what a
     call cost beyond the harness, with the harness's cost measured in the same process a moment before, under
     the same load. The candidate's CPU clock, read here on each mark's arrival (`._process.cpu_clock`), gives
     implied_cpu_s the same way (the process's CPU-time clock; where it cannot be read, the larger of the tick count
@@ -129,10 +134,11 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     expected = [(e, s) for s in range(len(sizes)) for e in ("null", "calls")] + [("end", len(sizes))]
     if [(m.event, m.data.get("index")) for m in marks] != expected:
         return {"ok": False, "reason": "the timing loop's marks are missing or out of order"}
-    sent = [x.sent for x in stamps]
-    exact = ([(x.event, x.index) for x in stamps] == expected
-             and all(b >= a for a, b in zip(sent, sent[1:])))  # a forged datagram or a clock step: arrival times
-    at = sent if exact else [m.t for m in marks]
+    sent, arrived = [x.sent for x in stamps], [m.t for m in marks]
+    exact = ([(x.event, x.index) for x in stamps] == expected  # and no step of the realtime clock meanwhile:
+             and all(b >= a for a, b in zip(sent, sent[1:]))
+             and abs((sent[-1] - sent[0]) - (arrived[-1] - arrived[0])) <= STAMP_SPAN_TOLERANCE_S)
+    at = sent if exact else arrived
     first, last = marks[0].cpu, marks[-1].cpu
     if first is not None and last is not None and first.threads is not None and last.threads is not None \
             and last.threads > first.threads:

@@ -137,8 +137,8 @@ class Message:
 
 
 class MarkStamp(NamedTuple):
-    """One datagram of the mark socket: what it said (``event``, ``index``; "garbage" and -1 when unreadable) and
-    when the kernel says it was sent (CLOCK_REALTIME seconds: compare stamps only with each other)."""
+    """One timing mark as the mark socket saw it: which (``event``, ``index``) and when the kernel says its
+    datagram was sent (CLOCK_REALTIME seconds: compare stamps only with each other)."""
 
     event: str
     index: int
@@ -158,25 +158,56 @@ def _mark_socket() -> tuple[socket.socket, socket.socket] | None:
     return r, w
 
 
-def _drain_marks(sock: socket.socket, into: list[MarkStamp]) -> None:
-    """Every datagram waiting on ``sock``, parsed, appended to ``into`` (non-blocking)."""
-    while True:
-        try:
-            payload, ancillary, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(16))
-        except (BlockingIOError, InterruptedError):
+EMPTY = (b"", None)
+
+
+def _recv_stamped(sock: socket.socket) -> tuple[bytes, float | None] | None:
+    """One datagram of ``sock`` and its send stamp, without waiting: `EMPTY` when none is there, None when it was
+    truncated or unstamped (or the socket failed)."""
+    try:
+        payload, ancillary, flags, _ = sock.recvmsg(64, socket.CMSG_SPACE(16))
+    except (BlockingIOError, InterruptedError):
+        return EMPTY
+    except OSError:
+        return None
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        return None
+    sent = next((sec + nsec * 1e-9 for level, kind, data in ancillary
+                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16
+                 for sec, nsec in [struct.unpack("qq", data[:16])]), None)
+    return None if sent is None or not payload else (payload, sent)
+
+
+class MarkStamps:
+    """The send stamps of one candidate's timing marks, read from the parent's end of its mark socket.
+
+    `take` runs once per mark line, in the reader thread: it reads exactly one datagram, which must be the
+    harness's bytes for that mark (`.worker.loop.mark_bytes`), and the line must say the harness's datagram went
+    out in full (``stamped``); after "end" the socket must be empty. Anything else (a forged, surplus, replaced,
+    truncated or missing datagram) spoils the stamps for good, and the wall check times the marks by arrival, as
+    without a socket. One datagram a line: a flood of the socket cannot delay the reading of a line.
+    """
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.stamps: list[MarkStamp] = []
+        self.spoiled = False
+
+    def take(self, data: Mapping[str, Any]) -> None:
+        from kevin.sandbox.worker.loop import mark_bytes
+
+        if self.spoiled:
             return
-        except OSError:
+        want = mark_bytes(data.get("event"), data.get("index")) if data.get("stamped") is True else None
+        got = _recv_stamped(self.sock)
+        ok = want is not None and got is not None and got[0] == want
+        if ok and data.get("event") == "end":
+            ok = _recv_stamped(self.sock) == EMPTY
+        if not ok:
+            self.spoiled = True
+            self.stamps.clear()
             return
-        sent = next((sec + nsec * 1e-9 for level, kind, data in ancillary
-                     if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16
-                     for sec, nsec in [struct.unpack("qq", data[:16])]), None)
-        try:
-            d = json.loads(payload)
-            event, index = str(d["event"]), int(d["index"])
-        except (ValueError, KeyError, TypeError):
-            event, index = "garbage", -1
-        if sent is not None:
-            into.append(MarkStamp(event, index, sent))
+        self.stamps.append(MarkStamp(str(data["event"]), int(data["index"]), got[1]))
 
 
 SPAWN_TIMEOUT_S = 15.0
@@ -299,7 +330,7 @@ class Worker:
     """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``.
 
     With a `Zygote` (candidate processes only) the process is a fork of it instead of a new interpreter. With
-    ``marks`` (candidates) it also gets the sending end of a mark socket; `stamps` collects what arrives there.
+    ``marks`` (candidates) it also gets the sending end of a mark socket, whose stamps `stamps` gives.
     """
 
     def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None,
@@ -315,9 +346,8 @@ class Worker:
         self.t_start = time.monotonic()
         self._kill_lock, self._killed = threading.Lock(), False
         env = dict(env if env is not None else scrubbed_env(scratch))
-        self.stamps: list[MarkStamp] = []
         pair = _mark_socket() if marks else None
-        self._marks, mark_w = pair if pair is not None else (None, None)
+        self.marks, mark_w = (MarkStamps(pair[0]), pair[1]) if pair is not None else (None, None)
         mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
         self.proc: Any = None
         if zygote is not None:
@@ -334,7 +364,7 @@ class Worker:
                     for sock in pair:
                         sock.close()
                     pair = _mark_socket()
-                    self._marks, mark_w = pair if pair is not None else (None, None)
+                    self.marks, mark_w = (MarkStamps(pair[0]), pair[1]) if pair is not None else (None, None)
                     mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
         self.data = None
         data_fds: tuple[int, ...] = ()
@@ -342,13 +372,21 @@ class Worker:
             data_r, data_w = os.pipe()
             self.data = os.fdopen(data_r, "rb")
             data_fds = (data_w,)
-        if self.proc is None:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r),
-                 *(f"data={fd}" for fd in data_fds), *(f"marks={fd}" for fd in mark_fds)],
-                cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-                pass_fds=(rep_w, cmd_r, *data_fds, *mark_fds), close_fds=True, start_new_session=True,
-            )
+        try:
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r),
+                     *(f"data={fd}" for fd in data_fds), *(f"marks={fd}" for fd in mark_fds)],
+                    cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+                    pass_fds=(rep_w, cmd_r, *data_fds, *mark_fds), close_fds=True, start_new_session=True,
+                )
+        except BaseException:  # nothing of this worker may outlive it
+            for fd in (rep_r, rep_w, cmd_r, cmd_w, *data_fds):
+                os.close(fd)
+            for f in (self.data, self._out, self._err, mark_w, self.marks and self.marks.sock):
+                if f:
+                    f.close()
+            raise
         os.close(rep_w)
         os.close(cmd_r)
         if mark_w is not None:
@@ -377,10 +415,17 @@ class Worker:
                 event = data.get("event")
                 cpu = (cpu_clock(self.proc.pid, company=event in COMPANY_COUNTED)
                        if event in CPU_CLOCKED and self.proc is not None else None)
-                if event in MARK_EVENTS and self._marks is not None:  # its datagram went first: it is there
-                    _drain_marks(self._marks, self.stamps)
+                if event in MARK_EVENTS and self.marks is not None:  # its datagram went first: it is there
+                    self.marks.take(data)
                 self._queue.put(Message(t, data, cpu))
+        if self.marks is not None:  # closed here, not by `kill`: never under a read of this thread
+            self.marks.sock.close()
         self._queue.put(None)
+
+    @property
+    def stamps(self) -> list[MarkStamp]:
+        """The marks' send stamps (`MarkStamps`); empty when spoiled or without a mark socket."""
+        return list(self.marks.stamps) if self.marks is not None else []
 
     def next(self, deadline: float) -> Message | None:
         """The next report line, or None at end of stream or when ``deadline`` (monotonic) passes."""
@@ -443,7 +488,7 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        for f in (self._cmd, self._out, self._err, self.data, self._marks):
+        for f in (self._cmd, self._out, self._err, self.data):
             if f is None:
                 continue
             try:

@@ -245,3 +245,10 @@ def test_stamps_that_run_backwards_leave_the_arrival_times_in_force():
     messages, stamps = late_null_marks(0.0)
     stepped = stamps[:3] + [s._replace(sent=s.sent - 1.0) for s in stamps[3:]]
     assert wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), stepped)["clock"] == "arrival"
+
+
+def test_stamps_whose_span_differs_from_the_arrival_times_leave_the_arrival_times_in_force():
+    # a forward step of the realtime clock (1 s) inside a null block: the stamps span 1 s more than the arrivals
+    messages, stamps = late_null_marks(0.0)
+    stepped = stamps[:1] + [s._replace(sent=s.sent + 1.0) for s in stamps[1:]]
+    assert wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), stepped)["clock"] == "arrival"

@@ -36,13 +36,18 @@ class Channel:
             view = view[n:]
 
     def mark(self, event: str, index: int) -> None:
-        """A timing mark: a datagram the kernel stamps (dropped if it cannot go at once), then the report line."""
-        if self.mark_fd is not None:
+        """A timing mark: a datagram the kernel stamps, then the report line, which says whether the datagram went
+        out in full (``stamped``; a full socket drops it rather than stall the timing loop)."""
+        from kevin.sandbox.worker.loop import mark_bytes
+
+        stamped = False
+        payload = mark_bytes(event, index)
+        if self.mark_fd is not None and payload is not None:
             try:
-                os.write(self.mark_fd, json.dumps({"event": event, "index": index}).encode())
+                stamped = os.write(self.mark_fd, payload) == len(payload)
             except OSError:
                 pass
-        self.send(event, index=index)
+        self.send(event, index=index, stamped=stamped)
 
     def send_bytes(self, event: str, payload: bytes, **fields: Any) -> None:
         """A header line ``{event, nbytes, ...}`` on the report pipe, then ``payload`` on the data pipe."""

@@ -1,70 +1,60 @@
-"""kevin.sandbox.worker.channel with kevin.sandbox._process's mark socket: a timing mark is stamped by the kernel
-when the worker sends it, not when the parent gets round to reading it."""
+"""kevin.sandbox.worker.channel: a timing mark goes as a datagram the kernel stamps at sending, then as a report
+line that says whether the datagram went out in full."""
 
+import json
 import os
 import time
+
+import pytest
 
 from kevin.sandbox import _process
 from kevin.sandbox.worker.channel import Channel, parse_argv
 
 
-def test_a_mark_carries_the_time_it_was_sent_not_the_time_it_was_read():
+@pytest.fixture
+def wire():
+    """(channel, report pipe's reading end, mark socket's reading end, its sending end)."""
     r, w = _process._mark_socket()
     rep_r, rep_w = os.pipe()
-    try:
-        t0 = time.time()
-        Channel(rep_w, mark_fd=w.fileno()).mark("null", 3)
-        time.sleep(0.05)  # the parent reads 50 ms later
-        stamps = []
-        _process._drain_marks(r, stamps)
-        assert [(s.event, s.index) for s in stamps] == [("null", 3)]
-        assert stamps[0].sent - t0 < 0.02, stamps  # a stamp at reading would be >= 0.05 s after t0
-        assert os.read(rep_r, 100) == b'{"event": "null", "index": 3}\n'  # the report line still goes
-    finally:
-        for fd in (rep_r, rep_w):
-            os.close(fd)
-        r.close()
-        w.close()
+    yield Channel(rep_w, mark_fd=w.fileno()), rep_r, r, w
+    for fd in (rep_r, rep_w):
+        os.close(fd)
+    r.close()
+    w.close()
 
 
-def test_an_unreadable_datagram_is_kept_as_garbage():
-    r, w = _process._mark_socket()
-    try:
-        w.send(b"not json")
-        stamps = []
-        _process._drain_marks(r, stamps)
-        assert [(s.event, s.index) for s in stamps] == [("garbage", -1)]
-    finally:
-        r.close()
-        w.close()
+def test_a_mark_carries_the_time_it_was_sent_not_the_time_it_was_read(wire):
+    channel, _, r, _ = wire
+    t0 = time.time()
+    channel.mark("null", 3)
+    time.sleep(0.05)  # the parent reads 50 ms later
+    payload, sent = _process._recv_stamped(r)
+    assert payload == b"null 3"
+    assert sent - t0 < 0.02  # a stamp at reading would be >= 0.05 s after t0
 
 
-def test_a_full_mark_socket_drops_the_datagram_and_the_report_line_still_goes():
-    r, w = _process._mark_socket()
-    rep_r, rep_w = os.pipe()
-    try:
-        channel = Channel(rep_w, mark_fd=w.fileno())
-        for _ in range(100_000):  # fill the socket: the sender is non-blocking
-            try:
-                os.write(w.fileno(), b"x" * 64)
-            except BlockingIOError:
-                break
-        channel.mark("end", 5)  # must return at once
-        assert os.read(rep_r, 100) == b'{"event": "end", "index": 5}\n'
-    finally:
-        for fd in (rep_r, rep_w):
-            os.close(fd)
-        r.close()
-        w.close()
+def test_the_report_line_says_the_datagram_went_out(wire):
+    channel, rep_r, _, _ = wire
+    channel.mark("calls", 1)
+    assert json.loads(os.read(rep_r, 200)) == {"event": "calls", "index": 1, "stamped": True}
 
 
-def test_the_worker_argv_names_its_optional_fds(tmp_path):
+def test_a_full_mark_socket_returns_at_once_and_the_line_says_unstamped(wire):
+    channel, rep_r, _, w = wire
+    while True:  # fill the socket (the sending end is non-blocking)
+        try:
+            os.write(w.fileno(), b"x" * 64)
+        except BlockingIOError:
+            break
+    t0 = time.monotonic()
+    channel.mark("end", 5)
+    assert time.monotonic() - t0 < 1.0
+    assert json.loads(os.read(rep_r, 200))["stamped"] is False
+
+
+def test_the_worker_argv_names_its_optional_fds(tmp_path, wire):
+    _, _, _, w = wire
     job = tmp_path / "job.json"
     job.write_text("{}")
-    r, w = _process._mark_socket()
-    try:
-        _, channel = parse_argv(["m", str(job), "5", "-1", f"marks={w.fileno()}"])
-        assert (channel.report_fd, channel.data_fd, channel.mark_fd) == (5, None, w.fileno())
-    finally:
-        r.close()
-        w.close()
+    _, channel = parse_argv(["m", str(job), "5", "-1", f"marks={w.fileno()}"])
+    assert (channel.report_fd, channel.data_fd, channel.mark_fd) == (5, None, w.fileno())
