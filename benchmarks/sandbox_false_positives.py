@@ -168,6 +168,10 @@ def summarize(records: list[dict], batch_seconds: list[float]) -> dict:
             entry["rejected_examples"] = [f"{r['label']} (round {r['round']}): {r['feedback'][:300]}" for r in bad[:20]]
             times = [r["runtime_ms"] for r in rs if r["runtime_ms"]]
             entry["runtime_ms_span"] = [min(times), max(times)] if times else None
+            walls = [r["wall_check"] for r in rs if r.get("wall_check")]
+            entry["wall_clock"] = dict(collections.Counter(w.get("clock", "arrival") for w in walls))
+            # the same loops judged by arrival times alone (how the check timed its marks before the send stamps)
+            entry["rejected_by_arrival_alone"] = sum((w.get("by_arrival") or {}).get("ok") is False for w in walls)
             margins = [(m, r) for r in rs if (m := margin(r)) is not None]
             if margins:
                 m, worst = max(margins, key=lambda x: x[0])
@@ -197,6 +201,8 @@ def print_summary(s: dict) -> None:
               f"{e.get('judged_again_alone', 0)}")
         if "worst_wall_margin" in e:
             print(f"  worst wall-check margin (implied/reported): {e['worst_wall_margin']}")
+        print(f"  marks timed by {e.get('wall_clock')}; judged by arrival times alone, "
+              f"{e.get('rejected_by_arrival_alone')} would have been rejected")
         for reason, n in e["reasons"].items():
             print(f"  {n} x {reason}")
         for ex in e["rejected_examples"]:

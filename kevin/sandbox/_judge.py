@@ -397,6 +397,9 @@ class CandidateRun:
             if name in events:
                 marks[name] = events[name].t
         wall = wall_check(self.worker.messages, float(median), len(report["samples_ms"]), config, self.worker.stamps)
+        if wall.get("clock") == "sent":  # what the arrival times alone would have said (telemetry, not the verdict)
+            by_arrival = wall_check(self.worker.messages, float(median), len(report["samples_ms"]), config)
+            wall["by_arrival"] = {k: by_arrival.get(k) for k in ("ok", "implied_ms")}
         self.details["wall_check"] = wall
         if not wall["ok"]:
             return bad(wall["reason"])

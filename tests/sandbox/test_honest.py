@@ -74,3 +74,8 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
 def test_the_wall_check_of_an_honest_candidate_times_its_marks_by_the_kernels_send_stamps(warm_builds):
     # every mark's datagram arrived, in order: the parent's own reading lag is out of the figure
     assert warm_builds["relu"].details["wall_check"]["clock"] == "sent"
+
+
+def test_the_wall_check_also_records_what_arrival_times_alone_would_have_said(warm_builds):
+    by_arrival = warm_builds["relu"].details["wall_check"]["by_arrival"]
+    assert isinstance(by_arrival["ok"], bool) and isinstance(by_arrival["implied_ms"], float)
