@@ -24,8 +24,11 @@ class Channel:
         self.report_fd = report_fd
         self.data_fd = data_fd
         self.mark_fd = mark_fd
+        self._mark_id: tuple[int, int] | None = None
         if mark_fd is not None:
             os.set_blocking(mark_fd, False)  # a full socket drops the datagram, never stalls the timing loop
+            st = os.fstat(mark_fd)
+            self._mark_id = (st.st_dev, st.st_ino)  # a descriptor pointed elsewhere (dup2) is not the socket
         self.command = os.fdopen(command_fd, "rb", buffering=0) if command_fd is not None and command_fd >= 0 else None
 
     def send(self, event: str, **fields: Any) -> None:
@@ -44,7 +47,9 @@ class Channel:
         payload = mark_bytes(event, index)
         if self.mark_fd is not None and payload is not None:
             try:
-                stamped = os.write(self.mark_fd, payload) == len(payload)
+                st = os.fstat(self.mark_fd)
+                if (st.st_dev, st.st_ino) == self._mark_id:
+                    stamped = os.write(self.mark_fd, payload) == len(payload)
             except OSError:
                 pass
         self.send(event, index=index, stamped=stamped)

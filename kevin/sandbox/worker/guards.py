@@ -110,7 +110,7 @@ def _trusted_objects() -> dict[str, Any]:
         for name in ("__enter__", "__exit__", "__torch_dispatch__", "compute_ops"):
             if name in vars(cls):
                 objs[f"kevin.sandbox.worker.inventory.{cls.__name__}.{name}"] = vars(cls)[name]
-    for name in ("send", "receive"):
+    for name in ("send", "receive", "mark"):
         objs[f"kevin.sandbox.worker.channel.Channel.{name}"] = vars(_worker.Channel).get(name)
     objs["torch.nn.Module.__call__"] = vars(torch.nn.Module).get("__call__")
     objs["torch.nn.Module._call_impl"] = vars(torch.nn.Module).get("_call_impl")

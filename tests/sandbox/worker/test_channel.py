@@ -58,3 +58,22 @@ def test_the_worker_argv_names_its_optional_fds(tmp_path, wire):
     job.write_text("{}")
     _, channel = parse_argv(["m", str(job), "5", "-1", f"marks={w.fileno()}"])
     assert (channel.report_fd, channel.data_fd, channel.mark_fd) == (5, None, w.fileno())
+
+
+def test_a_mark_descriptor_pointed_elsewhere_by_dup2_is_not_stamped(wire):
+    # a kernel keeps a copy of the socket and points the harness's descriptor at another file: the harness's
+    # write would succeed there, so the line must not claim the datagram went out
+    _, rep_r, _, w = wire
+    rep2_r, rep2_w = os.pipe()
+    mark_fd = os.dup(w.fileno())
+    try:
+        channel = Channel(rep2_w, mark_fd=mark_fd)
+        other_r, other_w = os.pipe()
+        os.dup2(other_w, mark_fd)
+        channel.mark("null", 0)
+        assert json.loads(os.read(rep2_r, 200))["stamped"] is False
+        for fd in (other_r, other_w):
+            os.close(fd)
+    finally:
+        for fd in (rep2_r, rep2_w, mark_fd):
+            os.close(fd)
