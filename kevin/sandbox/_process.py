@@ -146,8 +146,12 @@ class MarkStamp(NamedTuple):
 
 
 def _mark_socket() -> tuple[socket.socket, socket.socket] | None:
-    """A datagram socket pair whose reading end stamps each datagram at sending; None where the kernel cannot."""
-    r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    """A datagram socket pair whose reading end stamps each datagram at sending; None where the kernel cannot (or
+    the process is out of descriptors: the marks are then timed by arrival, as without it)."""
+    try:
+        r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError:
+        return None
     try:
         r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:

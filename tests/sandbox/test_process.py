@@ -98,3 +98,11 @@ def test_a_mark_line_without_a_datagram_spoils_the_stamps(wire):
     stamps, _, _, _ = wire
     stamps.take({"event": "null", "index": 0, "stamped": True})  # a line the harness did not send
     assert stamps.spoiled
+
+
+def test_a_process_out_of_descriptors_gets_no_mark_socket_rather_than_an_error(monkeypatch):
+    def no_descriptors(*args):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(_process.socket, "socketpair", no_descriptors)
+    assert _process._mark_socket() is None
