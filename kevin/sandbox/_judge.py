@@ -131,7 +131,7 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     from kevin.sandbox.worker import loop as _loop
 
     sizes = _loop.segment_sizes(n_calls)
-    marks = [m for m in messages if m.event in ("null", "calls", "end")]
+    marks = [m for m in messages if m.event in _loop.MARKS]
     expected = [(e, s) for s in range(len(sizes)) for e in ("null", "calls")] + [("end", len(sizes))]
     if [(m.event, m.data.get("index")) for m in marks] != expected:
         return {"ok": False, "reason": "the timing loop's marks are missing or out of order"}

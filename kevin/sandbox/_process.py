@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 import kevin
+from kevin.sandbox.worker.loop import MARKS, mark_bytes
 
 # Variables a compiler or CUDA needs; everything else in the parent's environment (tokens, seeds, paths
 # of the harness) is dropped.
@@ -32,8 +33,6 @@ ENV_ALLOW = (
 )
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kevin.__file__)))
 MAX_LINE = 1 << 22
-MARK_EVENTS = ("null", "calls", "end")
-"""The timing loop's marks (`.worker.loop`), sent both as report lines and as stamped datagrams."""
 SO_TIMESTAMPNS = 35
 """Linux's SO_TIMESTAMPNS (asm-generic value; Python's socket module does not name it): the kernel's CLOCK_REALTIME
 of each datagram's sending, as ancillary data of recvmsg."""
@@ -198,8 +197,6 @@ class MarkStamps:
         self.spoiled = False
 
     def take(self, data: Mapping[str, Any]) -> None:
-        from kevin.sandbox.worker.loop import mark_bytes
-
         if self.spoiled:
             return
         want = mark_bytes(data.get("event"), data.get("index")) if data.get("stamped") is True else None
@@ -419,7 +416,7 @@ class Worker:
                 event = data.get("event")
                 cpu = (cpu_clock(self.proc.pid, company=event in COMPANY_COUNTED)
                        if event in CPU_CLOCKED and self.proc is not None else None)
-                if event in MARK_EVENTS and self.marks is not None:  # its datagram went first: it is there
+                if event in MARKS and self.marks is not None:  # its datagram went first: it is there
                     self.marks.take(data)
                 self._queue.put(Message(t, data, cpu))
         if self.marks is not None:  # closed here, not by `kill`: never under a read of this thread

@@ -45,14 +45,8 @@ def test_an_honest_loop_gets_a_stamp_for_every_mark_in_order(wire):
 
 def test_a_flood_of_the_mark_socket_is_not_drained_and_spoils_the_stamps(wire):
     stamps, channel, rep_r, w = wire
-    flood = 0
-    while True:  # as many datagrams as the socket takes
-        try:
-            os.write(w.fileno(), b"x")
-            flood += 1
-        except BlockingIOError:
-            break
-    assert flood > 2
+    for _ in range(100):  # room is left for the harness's own datagram: its line says it went out
+        os.write(w.fileno(), b"x")
     harness_mark(channel, rep_r, stamps, "null", 0)
     assert stamps.spoiled and stamps.stamps == []
     assert _process._recv_stamped(stamps.sock) != _process.EMPTY  # one datagram read, the flood left where it is
@@ -63,7 +57,8 @@ def test_a_forged_mark_sent_ahead_of_the_harnesss_spoils_the_stamps_at_the_next_
     os.write(w.fileno(), b"null 0")  # the exact bytes, early: taken for "null 0" ...
     harness_mark(channel, rep_r, stamps, "null", 0)
     assert not stamps.spoiled
-    harness_mark(channel, rep_r, stamps, "calls", 0)  # ... but then the harness's "null 0" stands where "calls 0" should
+    # ... but then the harness's own "null 0" stands where "calls 0" should
+    harness_mark(channel, rep_r, stamps, "calls", 0)
     assert stamps.spoiled
 
 

@@ -293,12 +293,9 @@ def _stored_golden(tmp_path, name):
 def test_the_golden_cache_evicts_the_least_recently_used_task_only_once_nobody_uses_it(tmp_path):
     from kevin.sandbox.sandbox import _GoldenCache
 
-    def make(name):
-        return _stored_golden(tmp_path, name)
-
     cache = _GoldenCache(capacity=1)
-    cache.acquire("a", make("a"))  # "a" in use
-    cache.acquire("b", make("b"))  # over capacity, but "a" is in use and "b" too: nothing goes
+    cache.acquire("a", _stored_golden(tmp_path, "a"))  # "a" in use
+    cache.acquire("b", _stored_golden(tmp_path, "b"))  # over capacity, but "a" is in use and "b" too: nothing goes
     assert set(cache.entries) == {"a", "b"}
     cache.release("a")  # "a" is free and least recently used: evicted, its directory deleted
     assert set(cache.entries) == {"b"}
@@ -330,17 +327,14 @@ def test_goldens_nobody_needs_are_dropped_while_the_disk_is_short_of_its_reserve
     # a reserve larger than any disk: the disk is always short, so each task goes as soon as it is free
     from kevin.sandbox.sandbox import _GoldenCache
 
-    def make(name):
-        return _stored_golden(tmp_path, name)
-
     cache = _GoldenCache(capacity=10, min_free=(str(tmp_path), 1 << 62))
-    cache.acquire("a", make("a"))
+    cache.acquire("a", _stored_golden(tmp_path, "a"))
     assert set(cache.entries) == {"a"}  # in use: kept however short the disk is
     cache.release("a")
     assert cache.entries == {} and not (tmp_path / "golden-a").exists()
     assert "golden data is dropped as soon as it is unused" in caplog.text  # said once, since it makes runs slow
     roomy = _GoldenCache(capacity=10, min_free=(str(tmp_path), 0))  # a reserve every disk meets
-    roomy.acquire("b", make("b"))
+    roomy.acquire("b", _stored_golden(tmp_path, "b"))
     roomy.release("b")
     assert set(roomy.entries) == {"b"}
 

@@ -9,7 +9,8 @@ the socket), and runs `kevin.sandbox.worker.candidate` exactly as a freshly spaw
 inherits nothing of other candidates: each fork starts from the zygote's clean state.
 
 Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"job", "cwd", "env", "stdout", "stderr"}`` with two
-or three fds (report pipe write end, command pipe read end, the mark socket's sending end); the zygote answers ``{"pid": ...}``, and later
+or three fds (report pipe write end, command pipe read end, the mark socket's sending end); the zygote answers
+``{"pid": ...}``, and later
 ``{"exit": pid, "code": ...}`` (``code`` as ``Popen.returncode``: negative for a signal) when it reaps it.
 """
 
