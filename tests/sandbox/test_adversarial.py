@@ -205,7 +205,8 @@ def test_the_built_library_check_names_aten_called_from_cpp_whatever_its_spellin
 
 def test_the_built_library_check_reads_the_honest_extension_and_passes_it(warm_builds):
     check = warm_builds["relu"].details["symbol_check"]
-    assert check["nm"] is True and check["libraries"] == ["kevin_test_relu_cpu.so"]
+    # one library: the split build's module is named for its bindings (kevin.sandbox.build.split.module_name)
+    assert check["nm"] is True and len(check["libraries"]) == 1 and check["libraries"][0].endswith(".so")
 
 
 def test_pytorch_compute_in_timed_calls_only_is_seen_by_the_watch_over_the_timing_loop(full_sandbox, warm_builds):

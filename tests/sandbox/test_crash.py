@@ -83,8 +83,10 @@ def test_a_segfault_is_contained_without_the_zygote_too(cache_dir, warm_builds):
 
 
 def test_a_build_killed_by_the_compile_timeout_leaves_no_stale_build_lock(cache_dir, warm_builds):
-    # a never-built variant of the shared extension (a unique comment): its build takes ~35 s here
-    src = load_candidate("honest_relu_cpu").replace('relu_cpp_source = r"""', f'relu_cpp_source = r"""\n// {time.time_ns()}', 1)
+    # a never-built variant of the shared extension (a unique macro: its main.o too is new, and no precompiled
+    # header matches its flags): its build takes ~20 s here
+    src = load_candidate("honest_relu_cpu").replace('extra_cflags=["-O3"],', f'extra_cflags=["-O3", "-DK{time.time_ns()}"],', 1)
+    assert "-DK" in src
     sandbox = Sandbox("cpu", _config(cache_dir, compile_timeout_s=5.0))
     r = sandbox.evaluate(RELU_TASK, src)
     assert r.status == "timeout"

@@ -26,6 +26,10 @@ front end stops at the first errors (6.0 s, against 31.8 s for a whole compile w
 the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
 umbrella headers) keep the full prelude: they pay for the headers anyway.
 
+On the CPU backend it splits the call first (:mod:`.split`): the candidate's sources compile after `LIGHT_PRELUDE`
+in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object cache below shares
+between candidates; a split that does not build falls back the same way (`try_light`).
+
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
 the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
@@ -137,6 +141,41 @@ def _mark_light_failed(light_dir: str) -> None:
     """Create the `LIGHT_FAILED` marker; never through a link another candidate planted there (O_NOFOLLOW)."""
     with contextlib.suppress(OSError):
         os.close(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+
+
+NOT_BUILT = object()  # `try_light`'s answer when the caller should build the original call
+
+
+def try_light(build: Any, light_dir: str, name: Any, undefined_symbols_fail: bool = False) -> Any:
+    """``build(light_dir)``'s module, or `NOT_BUILT` when the lighter build failed (a `LIGHT_FAILED` marker is left,
+    so later calls with the same source go straight to the original build), found no library (this process waited
+    on another's lock, and that build failed; no marker) or was marked failed before. An error after the library was
+    built is the source's own and is raised, except, with ``undefined_symbols_fail``, an import that misses a symbol
+    (a split build whose declarations do not match their definitions: `.split`).
+    """
+    import torch.utils.cpp_extension as ce
+
+    if os.path.exists(os.path.join(light_dir, LIGHT_FAILED)):
+        return NOT_BUILT
+    versions = getattr(ce, "JIT_EXTENSION_VERSIONER", None)
+    entries = getattr(versions, "entries", None)
+    before = entries.get(name) if isinstance(entries, dict) else None
+    try:
+        return build(light_dir)
+    except Exception as exc:  # noqa: BLE001 - decided below: build the original call, or raise
+        failed = isinstance(exc, RuntimeError) and str(exc).startswith("Error building extension")
+        failed = failed or (undefined_symbols_fail and isinstance(exc, ImportError) and "undefined symbol" in str(exc))
+        if not failed and glob.glob(os.path.join(light_dir, "*.so")):
+            raise  # the light library was built: this error is the source's own
+        # no library: it failed to build here, or in another process whose lock this one waited on
+        if failed:
+            _mark_light_failed(light_dir)
+        if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
+            if before is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = before
+        return NOT_BUILT
 
 
 MAX_BUILD_LOG = 12000
@@ -260,6 +299,7 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
     import torch.utils.cpp_extension as ce
 
     from kevin.sandbox.build import pch as _pch
+    from kevin.sandbox.build import split as _split
 
     original = ce.load_inline
     signature = inspect.signature(original)
@@ -272,37 +312,28 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
             arguments["cuda_sources"] = drop_extension_header(arguments["cuda_sources"])
             lighter = light_arguments(arguments) if light else None
             if lighter is not None:
-                light_dir = os.path.join(ext_root, build_key(lighter, backend))
-                if not os.path.exists(os.path.join(light_dir, LIGHT_FAILED)):
-                    versions = getattr(ce, "JIT_EXTENSION_VERSIONER", None)
-                    entries = getattr(versions, "entries", None)
-                    name = arguments.get("name")
-                    before = entries.get(name) if isinstance(entries, dict) else None
-                    try:
-                        return build(lighter, light_dir)
-                    except Exception as exc:  # noqa: BLE001 - decided below: build it with the full prelude, or raise
-                        failed = isinstance(exc, RuntimeError) and str(exc).startswith("Error building extension")
-                        if not failed and glob.glob(os.path.join(light_dir, "*.so")):
-                            raise  # the light library was built: this error is the source's own
-                        # no library: it failed to build here, or in another process whose lock this one waited on
-                        if failed:
-                            _mark_light_failed(light_dir)
-                        if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
-                            if before is None:
-                                entries.pop(name, None)
-                            else:
-                                entries[name] = before
+                built = try_light(lambda d: build(lighter, d), os.path.join(ext_root, build_key(lighter, backend)),
+                                  arguments.get("name"))
+                if built is not NOT_BUILT:
+                    return built
+        elif backend == "cpu" and light and (units := _split.split_sources(arguments)) is not None:
+            key = build_key({**arguments, "cpp_sources": ["kevin: split", *units]}, backend)
+            built = try_light(lambda d: build(arguments, d, units), os.path.join(ext_root, key), arguments.get("name"),
+                              undefined_symbols_fail=True)
+            if built is not NOT_BUILT:
+                return built
         return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
 
-    def build(arguments: dict[str, Any], build_dir: str) -> Any:
+    def build(arguments: dict[str, Any], build_dir: str, units: tuple[str, str] | None = None) -> Any:
         os.makedirs(build_dir, exist_ok=True)
         # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
         arguments = {**arguments, "build_directory": build_dir, "verbose": False}
         if on_build is not None:
             on_build(build_dir)
-        with _pch.search_first(main_cpp_pch(pch_root, arguments)), object_cache(obj_root, pch_root):
+        pch_dir = main_cpp_pch(pch_root, arguments)
+        with _pch.search_first(pch_dir), object_cache(obj_root, pch_root):
             try:
-                return original(**arguments)
+                return original(**arguments) if units is None else _split.build(arguments, units, build_dir, pch_dir)
             except RuntimeError as exc:
                 failed = _BUILD_FAILED.match(str(exc))
                 if failed is None or isinstance(exc, BuildError):
