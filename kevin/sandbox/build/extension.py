@@ -105,6 +105,9 @@ LIGHT_PRELUDE = "\n".join([
 ])
 """Stands in for load_inline's ``#include <torch/types.h>`` at the top of the CUDA unit (`light_arguments`)."""
 
+CPU_LIGHT_PRELUDE = LIGHT_PRELUDE + "\n#include <ATen/Parallel.h>  // at::parallel_for, at::get_num_threads\n"
+"""The prelude of a CPU kernel unit (:mod:`.split`): `LIGHT_PRELUDE` and ATen's thread pool, which CPU kernels use."""
+
 LIGHT_FAILED = "kevin-light-failed"  # marker in a light build's directory: this source needs the full prelude
 
 _TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)

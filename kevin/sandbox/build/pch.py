@@ -148,10 +148,10 @@ def pch_key(flags: Sequence[str], cxx: str | None = None) -> str | None:
     if cxx is None:
         return None
     st = os.stat(cxx)
-    from kevin.sandbox.build.extension import LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE
 
     payload = [cxx, st.st_size, st.st_mtime_ns, list(flags), torch.__version__, list(sys.version_info[:3]),
-               hashlib.sha256(LIGHT_PRELUDE.encode()).hexdigest()]
+               hashlib.sha256(CPU_LIGHT_PRELUDE.encode()).hexdigest()]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:32]
 
 
@@ -256,13 +256,13 @@ def _compile(cxx: str, flags: Sequence[str], out_dir: str, timeout_s: float, lig
     A header is compiled through a one-line stub that includes it, so its ``#pragma once`` is recorded
     as for any included header (compiling it as the main file warns and ignores the pragma).
     """
-    from kevin.sandbox.build.extension import LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE
 
     os.makedirs(os.path.join(out_dir, "torch"))
     units = [("#include <torch/extension.h>", GCH)]
     if light:
         with open(os.path.join(out_dir, LIGHT_HEADER), "w") as f:
-            f.write(LIGHT_PRELUDE + "\n")
+            f.write(CPU_LIGHT_PRELUDE)
         units.append((f'#include "{LIGHT_HEADER}"', LIGHT_GCH))
     stub = os.path.join(out_dir, "stub.h")
     for line, gch in units:

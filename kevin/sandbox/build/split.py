@@ -9,7 +9,7 @@ kernel's ``main.cpp`` took 20.4 s, the same file without the kernel 19.1 s, and 
 How: `split_sources` turns the call into two units,
 
     main.cpp    #include <torch/extension.h>, a declaration of each bound function, the bindings load_inline writes
-    kernel.cpp  ``#include "kevin_light_prelude.h"`` (`extension.LIGHT_PRELUDE`, precompiled by :mod:`.pch` on the
+    kernel.cpp  ``#include "kevin_light_prelude.h"`` (`extension.CPU_LIGHT_PRELUDE`, precompiled by :mod:`.pch` on the
                 CPU), then the candidate's sources with ``#include <torch/extension.h>`` dropped
 
 and `build` compiles them with ``torch.utils.cpp_extension.load`` and the call's own flags, under a module name
@@ -33,7 +33,7 @@ import os
 import re
 from typing import Any, Sequence
 
-from kevin.sandbox.build.extension import LIGHT_PRELUDE, drop_extension_header
+from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, drop_extension_header
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
 
 MAIN, KERNEL = "main.cpp", "kernel.cpp"
@@ -212,7 +212,7 @@ def build(arguments: dict[str, Any], sources: tuple[str, str], build_dir: str, p
     from torch.utils import cpp_extension as ce
 
     paths = []
-    for file, text in zip((MAIN, KERNEL, LIGHT_HEADER), (*sources, LIGHT_PRELUDE + "\n")):
+    for file, text in zip((MAIN, KERNEL, LIGHT_HEADER), (*sources, CPU_LIGHT_PRELUDE)):
         path = os.path.join(build_dir, file)
         if not os.path.exists(path) or open(path).read() != text:  # as load_inline: ninja keeps an unchanged unit
             with open(path, "w") as f:

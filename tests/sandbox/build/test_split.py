@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kevin.sandbox.build import extension as _extension
-from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
+from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, LIGHT_FAILED
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
 from kevin.sandbox.build.split import KERNEL, MAIN, declarations, mask, split_sources
 
@@ -167,7 +167,7 @@ def test_a_cpu_build_compiles_the_split_units(monkeypatch, tmp_path):
     (kind, build_dir, files), = fakes.calls
     assert (kind, files) == ("split", [MAIN, KERNEL])
     assert open(os.path.join(build_dir, KERNEL)).read().startswith(f'#include "{LIGHT_HEADER}"')
-    assert open(os.path.join(build_dir, LIGHT_HEADER)).read() == LIGHT_PRELUDE + "\n"
+    assert open(os.path.join(build_dir, LIGHT_HEADER)).read() == CPU_LIGHT_PRELUDE
 
 
 def test_a_split_that_does_not_compile_is_built_as_written_and_remembered(monkeypatch, tmp_path):
@@ -248,6 +248,16 @@ def test_kernels_declaring_the_same_functions_under_other_names_share_one_main_o
     assert first["y"] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # 2 * [0..5]
     assert second["y"] == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]  # 2 * [0..5] + 1
     assert len(stored) == 1 and _stored_main_objects(split_cache) == stored  # the second main.o was served
+
+
+def test_a_kernel_using_atens_thread_pool_builds_split(split_cache):
+    source = KERNEL_SOURCE.replace(
+        "for (int64_t i = 0; i < x.numel(); ++i) dst[i] = (float)(a * src[i]);",
+        "at::parallel_for(0, x.numel(), 1, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) "
+        "dst[i] = (float)(a * src[i]); });")
+    built = _build_in_new_process(split_cache, "ext", source)
+    assert built["y"] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # 2 * [0..5]
+    assert os.path.isfile(os.path.join(os.path.dirname(built["file"]), KERNEL))  # not the fallback's build
 
 
 def test_the_kernel_unit_is_compiled_with_the_precompiled_light_prelude(split_cache):
