@@ -196,6 +196,7 @@ class DeviceGate:
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
+        self._pausable: dict[object, int | None] = {}  # pausable() holders -> their process group (None: not yet)
 
     def _admits_shared(self) -> bool:
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
@@ -217,25 +218,72 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
+    def pausable(self, timeout: float | None = None) -> Iterator[Any]:
+        """Admission for work that a timing pauses instead of waiting for it (a compile on the CPU backend, tens of
+        seconds against a timing's fraction of one); `_Cancelled` when ``timeout`` seconds pass first.
+
+        Yields ``register(pgid)``, to be called once the work's process group exists: while ``exclusive()`` is
+        held, every registered group is stopped (SIGSTOP) and continued after; ``exclusive()`` waits only for
+        holders that have not registered yet. A new holder waits while the device is held alone.
+        """
+        token = object()
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._exclusive, timeout=_bounded(timeout)):
+                raise _Cancelled
+            self._pausable[token] = None
+
+        def register(pgid: int) -> None:
+            with self._cond:
+                self._pausable[token] = pgid
+                self._cond.notify_all()
+
+        try:
+            yield register
+        finally:
+            with self._cond:
+                pgid = self._pausable.pop(token)
+                if pgid is not None and self._exclusive:
+                    _signal_group(pgid, "SIGCONT")  # leaving while stopped (a cancel): its process is killed next
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
     def exclusive(self, timeout: float | None = None) -> Iterator[None]:
-        """The device alone; `_Cancelled` when ``timeout`` seconds pass first."""
+        """The device alone; `_Cancelled` when ``timeout`` seconds pass first. Pausable holders' process groups are
+        stopped for the duration (`pausable`)."""
         with self._cond:
             began = time.monotonic()
             self._waiting.append(began)
             try:
-                admitted = self._cond.wait_for(lambda: not self._exclusive and not self._shared, timeout=_bounded(timeout))
+                admitted = self._cond.wait_for(lambda: not self._exclusive and not self._shared
+                                               and None not in self._pausable.values(), timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
                 self._cond.notify_all()
             if not admitted:
                 raise _Cancelled
             self._exclusive = True
+            paused = [g for g in self._pausable.values() if g is not None]
+            for pgid in paused:
+                _signal_group(pgid, "SIGSTOP")
         try:
             yield
         finally:
             with self._cond:
+                for pgid in paused:
+                    if pgid in self._pausable.values():
+                        _signal_group(pgid, "SIGCONT")
                 self._exclusive = False
                 self._cond.notify_all()
+
+
+def _signal_group(pgid: int, name: str) -> None:
+    """Send signal ``name`` to a process group; a group that is gone already is no error."""
+    import signal
+
+    try:
+        os.killpg(pgid, getattr(signal, name))
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _bounded(timeout: float | None) -> float | None:
@@ -250,8 +298,8 @@ _GATES_LOCK = threading.Lock()
 def device_gate(backend: str, device: str) -> DeviceGate:
     """The process-wide gate of a device: ("cpu", "cpu"), or ("cuda", its CUDA_VISIBLE_DEVICES entry).
 
-    On the CPU backend a compile holds the gate like a correctness run, for tens of seconds, so there a waiting
-    timing keeps new shared holders out at once (no patience)."""
+    On the CPU backend a waiting timing keeps new shared holders out at once (no patience): a timing there waits
+    for correctness runs and comparisons only, and stops compiles instead (`DeviceGate.pausable`)."""
     with _GATES_LOCK:
         if (backend, device) not in _GATES:
             _GATES[(backend, device)] = DeviceGate(patience_s=1.0 if backend == "cuda" else 0.0)
@@ -342,11 +390,11 @@ class _JobState:
         @contextlib.contextmanager
         def bounded() -> Iterator[None]:
             with gate_context(timeout=self.deadline - time.monotonic()) if _takes_timeout(gate_context) \
-                    else gate_context():
+                    else gate_context() as admitted:
                 self.check()
                 if phase is not None:
                     self.enter(phase)
-                yield
+                yield admitted
         return bounded
 
 
@@ -466,10 +514,9 @@ class Sandbox:
     # ------------------------------------------------------------------ stages
     def _build_pch(self) -> None:
         """`._pch.ensure` for this backend; on the CPU backend the build runs on the cores that timings are measured
-        on, so it holds the device like a compile: no timing overlaps it (a built PCH is found in milliseconds)."""
-        hold = self._devices.gates["cpu"].shared if self.backend == "cpu" else contextlib.nullcontext
-        with hold():
-            _pch.ensure(self.cache_dir, self.backend)
+        on, so it is paused like a compile: no timing overlaps it (a built PCH is found in milliseconds)."""
+        _pch.ensure(self.cache_dir, self.backend,
+                    pausable=self._devices.gates["cpu"].pausable if self.backend == "cpu" else None)
 
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
@@ -533,10 +580,10 @@ class Sandbox:
         device to itself (a timing always has). Returns the result, the zygote it was forked from (or None) and
         whether it was judged (False: it failed to build, or the task's reference failed)."""
         max_jobs = max(1, (os.cpu_count() or 1) // self.config.workers)
-        # On the CPU backend the compilers run on the cores that timings are measured on: a compile holds
-        # the device like a correctness run, so no timing (candidate or baseline) overlaps it.
-        compiling = self._devices.gates[slot].shared if self.backend == "cpu" else contextlib.nullcontext
-        with state.holding(self._compile_slots), state.within(compiling)():
+        # On the CPU backend the compilers run on the cores that timings are measured on: a timing (candidate or
+        # baseline) stops the process of every compile for its duration (`DeviceGate.pausable`), so none overlaps it.
+        compiling = self._devices.gates[slot].pausable if self.backend == "cpu" else contextlib.nullcontext
+        with state.holding(self._compile_slots), state.within(compiling)() as register:
             state.enter("compile")
             zygote = self._get_zygote()
             marks["spawned"] = time.monotonic()
@@ -545,6 +592,8 @@ class Sandbox:
                                       zygote=zygote, deadline=state.deadline, scratch_parent=self._root)
             state.run = run
             try:
+                if register is not None and run.worker.proc is not None:
+                    register(run.worker.proc.pid)  # the candidate's own session: its compilers are in its group
                 state.check()
                 failed = run.wait_imported()
             except BaseException:

@@ -138,8 +138,8 @@ def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_pat
     assert kills == [1]  # killed while it still held the device, so no timing could start beside it
 
 
-def test_on_the_cpu_backend_a_waiting_timing_admits_no_new_compile_or_check():
-    # there a compile holds the gate like a correctness run, for tens of seconds: no patience
+def test_on_the_cpu_backend_a_waiting_timing_admits_no_new_check():
+    # there a timing waits only for correctness runs and comparisons (compiles are paused): no patience
     from kevin.sandbox.sandbox import device_gate
 
     assert device_gate("cpu", "cpu").patience_s == 0.0
@@ -159,3 +159,70 @@ def test_a_third_correctness_run_waits_when_two_may_share_the_gpu():
     b_go.set(), c_go.set()
     a.join(5), b.join(5), c.join(5)
     assert log.index("a out") < log.index("c in")
+
+
+# ------------------------------------------------------------------ pausable holders (CPU compiles)
+def _busy_group():
+    """A process busy on a core in a process group of its own, as a candidate's compile is."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+
+
+def _cpu_seconds(pid):
+    """User + system CPU seconds of ``pid`` (/proc/<pid>/stat, clock ticks)."""
+    import os
+
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
+    gate = DeviceGate()
+    proc = _busy_group()
+    try:
+        with gate.pausable(timeout=5) as register:
+            register(proc.pid)  # as the sandbox does once the candidate's process exists
+            with gate.exclusive(timeout=5):  # admitted while the compile is still in
+                time.sleep(0.2)  # SIGSTOP has taken effect
+                before = _cpu_seconds(proc.pid)
+                time.sleep(0.5)
+                during = _cpu_seconds(proc.pid) - before
+            time.sleep(0.5)
+            after = _cpu_seconds(proc.pid) - before
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert during < 0.05  # stopped: no CPU time while the device is held alone
+    assert after > 0.2  # continued once the timing left
+
+
+def test_a_timing_waits_for_a_compile_that_has_not_registered_its_process_yet():
+    # between admission and the worker's spawn there is nothing to stop: the timing must not start then
+    gate, log = DeviceGate(), []
+    with gate.pausable(timeout=5) as register:
+        t, t_in, t_go = _start(gate.exclusive, log, "timing")
+        assert not t_in.wait(0.3)
+        proc = _busy_group()
+        try:
+            register(proc.pid)
+            assert t_in.wait(5)  # registered: the timing stops it and goes ahead
+            t_go.set()
+            t.join(5)
+        finally:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_a_new_compile_waits_while_a_timing_holds_the_device():
+    gate, log = DeviceGate(), []
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    assert t_in.wait(5)
+    c, c_in, c_go = _start(gate.pausable, log, "compile")
+    assert not c_in.wait(0.3)
+    t_go.set()
+    assert c_in.wait(5)
+    c_go.set()
+    t.join(5), c.join(5)
+    assert log == ["timing in", "timing out", "compile in", "compile out"]

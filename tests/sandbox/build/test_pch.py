@@ -40,7 +40,7 @@ def race_cache(tmp_path_factory) -> dict:
     cache = str(tmp_path_factory.mktemp("kevin-pch-race"))
     code = ("import logging, os, sys, time; logging.basicConfig(level=logging.INFO)\n"
             "from kevin.sandbox.build import pch as _pch\n"
-            "def stand_in(cxx, flags, out_dir, timeout_s, light=False):\n"
+            "def stand_in(cxx, flags, out_dir, timeout_s, light=False, pausable=None):\n"
             "    time.sleep(2.0)  # the other process reaches the lock meanwhile\n"
             "    os.makedirs(os.path.join(out_dir, 'torch'))\n"
             "    for name in (_pch.GCH, _pch.HEADER, *((_pch.LIGHT_GCH, _pch.LIGHT_HEADER) if light else ())):\n"
@@ -86,6 +86,20 @@ def test_concurrent_ensure_calls_build_one_pch(race_cache):
 def test_pch_files_are_read_only(race_cache):
     for name in (_pch.GCH, _pch.HEADER, _pch.LIGHT_GCH, _pch.LIGHT_HEADER):  # the CPU's light prelude too
         assert os.stat(os.path.join(race_cache["stdout"][0], name)).st_mode & 0o222 == 0
+
+
+def test_the_header_compiles_below_the_training_process_priority(monkeypatch, tmp_path):
+    # at a run's start the build overlaps the policy's first generation, which must keep the cores
+    calls = []
+
+    def fake_run(argv, env, timeout_s, pausable):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(_pch, "_run", fake_run)
+    assert _pch._compile("/usr/bin/c++", ["-O3"], str(tmp_path / "out"), 60, light=True) is None
+    assert [argv[:3] for argv in calls] == [[shutil.which("nice"), "-n", "10"]] * 2  # the torch and the light header
+    assert calls[1][-1].endswith(_pch.LIGHT_GCH)
 
 
 def test_pch_dir_is_keyed_by_flags(race_cache):
@@ -219,14 +233,27 @@ def test_a_second_build_of_the_same_main_cpp_is_served_from_the_object_cache(pch
     assert _ninja_seconds(second[0], "main.o") < 1.0
 
 
-def test_on_the_cpu_backend_the_pch_build_holds_the_cores_so_no_timing_overlaps_it(tmp_path, monkeypatch):
+def test_on_the_cpu_backend_the_pch_build_is_paused_by_timings_like_a_compile(tmp_path, monkeypatch):
     import threading
 
     from kevin.sandbox import SandboxConfig
     from kevin.sandbox.sandbox import device_gate
 
     gate, seen, done = device_gate("cpu", "cpu"), [], threading.Event()
-    monkeypatch.setattr(_pch, "ensure", lambda cache_dir, backend: (seen.append(gate._shared), done.set()))
+    monkeypatch.setattr(_pch, "ensure", lambda cache_dir, backend, pausable=None: (seen.append(pausable), done.set()))
     Sandbox("cpu", SandboxConfig(precompiled_header=True, cache_dir=str(tmp_path)))
     assert done.wait(10)
-    assert seen[0] >= 1  # held as a compile holds it: a timing (exclusive) waits until the build ends
+    assert seen == [gate.pausable]  # a timing (exclusive) stops the build's compiler while it runs
+
+
+def test_the_compiler_registers_its_own_process_group_before_it_is_waited_for():
+    import contextlib
+
+    registered = []
+
+    @contextlib.contextmanager
+    def pausable():
+        yield registered.append
+
+    run = _pch._run(["sh", "-c", "ps -o pgid= -p $$"], {"PATH": os.environ["PATH"]}, 30, pausable)
+    assert run.returncode == 0 and registered == [int(run.stdout.strip())]  # the group the compiler runs in
