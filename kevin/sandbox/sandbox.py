@@ -196,7 +196,8 @@ class DeviceGate:
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
-        self._pausable: dict[object, int | None] = {}  # pausable() holders -> their process group (None: not yet)
+        self._pausable: dict[_PausableHold, int | None] = {}  # pausable() holders -> process group (None: not yet)
+        self._stopped: dict[_PausableHold, float] = {}  # holders stopped by the exclusive() now held -> since when
 
     def _admits_shared(self) -> bool:
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
@@ -218,62 +219,104 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def pausable(self, timeout: float | None = None) -> Iterator[Any]:
+    def pausable(self, timeout: float | None = None) -> Iterator["_PausableHold"]:
         """Admission for work that a timing pauses instead of waiting for it (a compile on the CPU backend, tens of
         seconds against a timing's fraction of one); `_Cancelled` when ``timeout`` seconds pass first.
 
-        Yields ``register(pgid)``, to be called once the work's process group exists: while ``exclusive()`` is
-        held, every registered group is stopped (SIGSTOP) and continued after; ``exclusive()`` waits only for
-        holders that have not registered yet. A new holder waits while the device is held alone.
+        Yields a `_PausableHold`: its ``register(pgid)`` names the work's process group once it exists. While a
+        timing holds the device (``exclusive()``) every registered group is stopped (SIGSTOP) and continued after,
+        and ``paused_s()`` says for how long in all, so that the work's own time limit can leave it out.
+        ``exclusive()`` waits only for holders that have not registered yet; a new holder waits while the device
+        is held alone.
         """
-        token = object()
+        hold = _PausableHold(self)
         with self._cond:
             if not self._cond.wait_for(lambda: not self._exclusive, timeout=_bounded(timeout)):
                 raise _Cancelled
-            self._pausable[token] = None
-
-        def register(pgid: int) -> None:
-            with self._cond:
-                self._pausable[token] = pgid
-                self._cond.notify_all()
-
+            self._pausable[hold] = None
         try:
-            yield register
+            yield hold
         finally:
             with self._cond:
-                pgid = self._pausable.pop(token)
-                if pgid is not None and self._exclusive:
+                pgid = self._pausable.pop(hold)
+                if pgid is not None and hold in self._stopped:
                     _signal_group(pgid, "SIGCONT")  # leaving while stopped (a cancel): its process is killed next
+                    hold.paused += time.monotonic() - self._stopped.pop(hold)
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self, timeout: float | None = None) -> Iterator[None]:
+    def exclusive(self, timeout: float | None = None, *, pause: bool = True) -> Iterator[None]:
         """The device alone; `_Cancelled` when ``timeout`` seconds pass first. Pausable holders' process groups are
-        stopped for the duration (`pausable`)."""
+        stopped for the duration (`pausable`); with ``pause`` False it waits for them to leave instead (`alone`)."""
         with self._cond:
             began = time.monotonic()
             self._waiting.append(began)
             try:
-                admitted = self._cond.wait_for(lambda: not self._exclusive and not self._shared
-                                               and None not in self._pausable.values(), timeout=_bounded(timeout))
+                admitted = self._cond.wait_for(
+                    lambda: not self._exclusive and not self._shared and (
+                        None not in self._pausable.values() if pause else not self._pausable),
+                    timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
                 self._cond.notify_all()
             if not admitted:
                 raise _Cancelled
             self._exclusive = True
-            paused = [g for g in self._pausable.values() if g is not None]
-            for pgid in paused:
-                _signal_group(pgid, "SIGSTOP")
+            now = time.monotonic()
+            for hold, pgid in self._pausable.items():  # all registered (pause) or none left (not pause)
+                if pgid is not None:
+                    _signal_group(pgid, "SIGSTOP")
+                    self._stopped[hold] = now
         try:
             yield
         finally:
             with self._cond:
-                for pgid in paused:
-                    if pgid in self._pausable.values():
+                now = time.monotonic()
+                for hold, pgid in self._pausable.items():
+                    if hold in self._stopped:
                         _signal_group(pgid, "SIGCONT")
+                        hold.paused += now - self._stopped.pop(hold)
                 self._exclusive = False
                 self._cond.notify_all()
+
+    def alone(self, timeout: float | None = None) -> Any:
+        """`exclusive` that waits for compiles to finish instead of stopping them: for a correctness run held alone,
+        whose ``ModelNew.__init__`` may build an extension and wait on a lock that a stopped compile holds."""
+        return self.exclusive(timeout, pause=False)
+
+
+class _PausableHold:
+    """One `DeviceGate.pausable` admission: the process group it registered, and the seconds it was stopped."""
+
+    def __init__(self, gate: DeviceGate) -> None:
+        self._gate = gate
+        self.paused = 0.0
+
+    def register(self, pgid: int) -> None:
+        """Name the process group that timings stop; call once it leads its own group (see `wait_for_group`)."""
+        with self._gate._cond:
+            self._gate._pausable[self] = pgid
+            self._gate._cond.notify_all()
+
+    def paused_s(self) -> float:
+        """Seconds this holder's work has been stopped so far (a stop under way included)."""
+        with self._gate._cond:
+            since = self._gate._stopped.get(self)
+            return self.paused + (time.monotonic() - since if since is not None else 0.0)
+
+
+def wait_for_group(pid: int, timeout_s: float = 5.0) -> None:
+    """Wait until ``pid`` leads its own process group (a forked worker calls ``setsid`` only after the fork server
+    reported its pid), so that a signal to the group reaches it; returns early if the process is gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                return
+        except ProcessLookupError:
+            return
+        time.sleep(0.001)
+    logging.getLogger(__name__).warning("process %d did not lead its own process group within %.0f s", pid, timeout_s)
 
 
 def _signal_group(pgid: int, name: str) -> None:
@@ -583,19 +626,20 @@ class Sandbox:
         # On the CPU backend the compilers run on the cores that timings are measured on: a timing (candidate or
         # baseline) stops the process of every compile for its duration (`DeviceGate.pausable`), so none overlaps it.
         compiling = self._devices.gates[slot].pausable if self.backend == "cpu" else contextlib.nullcontext
-        with state.holding(self._compile_slots), state.within(compiling)() as register:
+        zygote = self._get_zygote()  # before the admission: a timing waits for an admitted compile to register
+        with state.holding(self._compile_slots), state.within(compiling)() as hold:
             state.enter("compile")
-            zygote = self._get_zygote()
             marks["spawned"] = time.monotonic()
             run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                       gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
                                       zygote=zygote, deadline=state.deadline, scratch_parent=self._root)
             state.run = run
             try:
-                if register is not None and run.worker.proc is not None:
-                    register(run.worker.proc.pid)  # the candidate's own session: its compilers are in its group
+                if hold is not None and run.worker.proc is not None:
+                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are in its group
+                    hold.register(run.worker.proc.pid)
                 state.check()
-                failed = run.wait_imported()
+                failed = run.wait_imported(paused_s=hold.paused_s if hold is not None else None)
             except BaseException:
                 run.close()
                 raise
@@ -617,7 +661,7 @@ class Sandbox:
                 gate = self._devices.gates[slot]
                 result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
                                    reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
-                                   checks=state.within(gate.exclusive if alone else gate.shared, "correctness"),
+                                   checks=state.within(gate.alone if alone else gate.shared, "correctness"),
                                    timing=state.within(gate.exclusive, "timing"))
                 return dataclasses.replace(result, baselines_ms=dict(baselines)), zygote, True
             finally:

@@ -182,8 +182,8 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
     gate = DeviceGate()
     proc = _busy_group()
     try:
-        with gate.pausable(timeout=5) as register:
-            register(proc.pid)  # as the sandbox does once the candidate's process exists
+        with gate.pausable(timeout=5) as hold:
+            hold.register(proc.pid)  # as the sandbox does once the candidate's process exists
             with gate.exclusive(timeout=5):  # admitted while the compile is still in
                 time.sleep(0.2)  # SIGSTOP has taken effect
                 before = _cpu_seconds(proc.pid)
@@ -194,19 +194,21 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
     finally:
         proc.kill()
         proc.wait(5)
+        paused = hold.paused_s()
     assert during < 0.05  # stopped: no CPU time while the device is held alone
     assert after > 0.2  # continued once the timing left
+    assert 0.7 <= paused < 2.0  # the 0.2 + 0.5 s under exclusive(), which the compile's time limit leaves out
 
 
 def test_a_timing_waits_for_a_compile_that_has_not_registered_its_process_yet():
     # between admission and the worker's spawn there is nothing to stop: the timing must not start then
     gate, log = DeviceGate(), []
-    with gate.pausable(timeout=5) as register:
+    with gate.pausable(timeout=5) as hold:
         t, t_in, t_go = _start(gate.exclusive, log, "timing")
         assert not t_in.wait(0.3)
         proc = _busy_group()
         try:
-            register(proc.pid)
+            hold.register(proc.pid)
             assert t_in.wait(5)  # registered: the timing stops it and goes ahead
             t_go.set()
             t.join(5)
@@ -226,3 +228,35 @@ def test_a_new_compile_waits_while_a_timing_holds_the_device():
     c_go.set()
     t.join(5), c.join(5)
     assert log == ["timing in", "timing out", "compile in", "compile out"]
+
+
+def test_a_correctness_run_held_alone_waits_for_compiles_instead_of_stopping_them():
+    # its ModelNew.__init__ may build an extension and wait on a lock that a stopped compile would hold forever
+    gate, log = DeviceGate(), []
+    c, c_in, c_go = _start(gate.pausable, log, "compile")
+    assert c_in.wait(5)
+    a, a_in, a_go = _start(gate.alone, log, "alone")
+    assert not a_in.wait(0.3)
+    c_go.set()
+    assert a_in.wait(5)
+    a_go.set()
+    c.join(5), a.join(5)
+    assert log == ["compile in", "compile out", "alone in", "alone out"]
+
+
+def test_a_forked_worker_is_signalled_only_once_it_leads_its_own_group():
+    # the fork server reports a child's pid before the child calls setsid: a signal to the group then misses it
+    import os
+    import subprocess
+    import sys
+
+    from kevin.sandbox.sandbox import wait_for_group
+
+    proc = subprocess.Popen([sys.executable, "-c", "import os, time; time.sleep(0.3); os.setsid(); time.sleep(30)"])
+    try:
+        assert os.getpgid(proc.pid) != proc.pid
+        wait_for_group(proc.pid)
+        assert os.getpgid(proc.pid) == proc.pid
+    finally:
+        proc.kill()
+        proc.wait(5)

@@ -1342,6 +1342,7 @@ def _check_load_inline(mod: _Module, backend: str, allow_libraries: bool) -> lis
                 continue
             raw = "\n".join(parts)
             sources.append(_Source(kind, _prepare_cpp(raw), raw))
+        out += _check_build_arguments(mod, call)
         for kind in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
             node = _kwarg(call, kind, _LOAD_INLINE_POSITIONS[kind])
             flags = " ".join(_resolve_strings(mod, node, 0) or []) if node is not None else ""
@@ -1354,10 +1355,84 @@ def _check_load_inline(mod: _Module, backend: str, allow_libraries: bool) -> lis
                            "allowed; write your own")
         fn_node = _kwarg(call, "functions", _LOAD_INLINE_POSITIONS["functions"])
         if fn_node is not None:
-            exposed += [f for f in (_resolve_strings(mod, fn_node, 0) or []) if f.isidentifier()]
+            names, problem = _bound_functions(mod, fn_node)
+            if problem:
+                out.append(f"functions of load_inline (line {call.lineno}) {problem}")
+            exposed += names
     out += _check_kernel_called(mod)
     out += _check_sources(sources, exposed, backend, allow_libraries)
     return out
+
+
+# Build flags a kernel may pass, word by word (torch's ninja file runs them through ``sh``, and GCC and nvcc take
+# options that run programs, load plugins or read files: ``-wrapper``, ``-fplugin``, ``-B``, ``-ccbin``, ``@file``).
+_MACRO_FLAG = r"-[DU][A-Za-z_]\w*(=[\w.+-]*)?"
+_ALLOWED_FLAGS = {
+    "extra_cflags": re.compile(
+        r"-O[0-3s]?|-std=(c|gnu)\+\+\w+|-m(arch|tune)=[\w.+-]+|-m(avx\w*|sse[\w.]*|fma|f16c|bmi2?|popcnt|ssse3)"
+        r"|-fopenmp(-simd)?|-f(no-)?(unroll-loops|strict-aliasing|tree-vectorize|pic|PIC|exceptions|rtti"
+        r"|omit-frame-pointer|signed-char)|-w|-W(?![lpa],)[\w=+-]*|-g[0-3]?|-pthread|" + _MACRO_FLAG),
+    "extra_cuda_cflags": re.compile(
+        r"-O[0-3]|-std=c\+\+\w+|-arch=(sm|compute)_\w+|-gencode=arch=compute_\w+,code=\[?(sm|compute)_\w+"
+        r"(,(sm|compute)_\w+)*\]?|--?expt-relaxed-constexpr|--?expt-extended-lambda|--?extended-lambda|-lineinfo"
+        r"|--?ptxas-options=[\w=,.-]+|-Xptxas(=[\w=,.-]+)?|-v|--?maxrregcount=?\d*|\d+|--?resource-usage|-w|"
+        + _MACRO_FLAG),
+    "extra_ldflags": re.compile(r"-l\w+|-fopenmp|-pthread|-Wl,-O[0-3]|-Wl,--as-needed"),
+}
+
+
+def _check_build_arguments(mod: _Module, call: ast.Call) -> list[str]:
+    """The extension name must be an identifier and every flag word on `_ALLOWED_FLAGS`'s list; arguments must be
+    passed by name or position (no ``*``/``**``), and ``extra_include_paths`` not at all."""
+    out = []
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        out.append(f"load_inline (line {call.lineno}) takes ``*``/``**`` arguments: pass each argument by name, as "
+                   "literals or module-level constants, so it can be checked")
+    if _kwarg(call, "extra_include_paths", 99) is not None:
+        out.append(f"load_inline (line {call.lineno}) passes extra_include_paths: kernels include only the system's, "
+                   "torch's and CUDA's headers")
+    name = _kwarg(call, "name", _LOAD_INLINE_POSITIONS["name"])
+    resolved = _resolve_strings(mod, name, 0) if name is not None else None
+    if name is not None and (resolved is None or len(resolved) != 1 or not str(resolved[0]).isidentifier()):
+        out.append(f"the name of load_inline (line {call.lineno}) must be a literal identifier (letters, digits, _)")
+    for kind, allowed in _ALLOWED_FLAGS.items():
+        node = _kwarg(call, kind, _LOAD_INLINE_POSITIONS[kind])
+        if node is None:
+            continue
+        flags = _resolve_strings(mod, node, 0)
+        if flags is None:
+            out.append(f"{kind} of load_inline (line {call.lineno}) is built at run time: pass literal flags")
+            continue
+        refused = [w for f in flags for w in str(f).split() if not allowed.fullmatch(w) and not _FAST_MATH.search(w)]
+        if refused:
+            out.append(f"{kind} of load_inline (line {call.lineno}) passes {', '.join(map(repr, refused[:3]))}: only "
+                       "optimisation, language-standard, target, OpenMP, warning and plain -D/-U macro flags are "
+                       "allowed (and -l libraries at link time)")
+    return out
+
+
+def _bound_functions(mod: _Module, node: ast.AST) -> tuple[list[str], str | None]:
+    """The names ``functions`` binds, and what is wrong with it: load_inline pastes names and docstrings into C++
+    (``m.def("name", name, "doc")``), so they must be literal identifiers and plain one-line text."""
+    if isinstance(node, ast.Dict):
+        names, docs = [], []
+        for k, v in zip(node.keys, node.values):
+            key = _resolve_strings(mod, k, 0) if k is not None else None
+            doc = _resolve_strings(mod, v, 0)
+            if key is None or doc is None or len(key) != 1 or len(doc) != 1:
+                return [], "is built at run time: pass literal names (and docstrings)"
+            names.append(str(key[0]))
+            docs.append(str(doc[0]))
+    else:
+        resolved = _resolve_strings(mod, node, 0)
+        if resolved is None:
+            return [], "is built at run time: pass literal names"
+        names, docs = [str(x) for x in resolved], []
+    if not all(n.isidentifier() for n in names):
+        return [n for n in names if n.isidentifier()], "must name C++ functions (identifiers)"
+    if any(re.search(r'["\\\n\r]', d) for d in docs):
+        return names, "has a docstring with a quote, backslash or line break: keep docstrings plain text"
+    return names, None
 
 
 def _check_kernel_called(mod: _Module) -> list[str]:

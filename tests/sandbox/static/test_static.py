@@ -364,6 +364,54 @@ def test_rejects_fast_math_flag():
     assert has(v, "extra_cuda_cflags", "fast math")
 
 
+# --- the build's own arguments: what load_inline pastes into C++ or hands to the shell -----------------
+
+
+def test_a_docstring_that_closes_its_string_to_add_bindings_is_refused():
+    # load_inline writes m.def("name", name, "<doc>"): this doc ends the string and binds ATen's matmul as "g"
+    src = cuda_candidate().replace('functions=["add_forward"]',
+                                   """functions={"add_forward": 'x"); m.def("g", &at::matmul); //'}""")
+    assert has(check_format(src), "functions", "docstring")
+
+
+def test_a_plain_docstring_is_accepted():
+    assert check_format(cuda_candidate().replace('functions=["add_forward"]',
+                                                 'functions={"add_forward": "adds a and b"}')) == []
+
+
+def test_a_compiler_wrapper_flag_that_runs_a_program_is_refused():
+    v = check_format(cuda_candidate(load_kwargs='\n    extra_cflags=["-O3", "-wrapper", "/bin/sh,-c,sleep 1000,--"],'))
+    assert has(v, "extra_cflags", "'-wrapper'")
+
+
+def test_a_function_like_macro_flag_that_hides_code_from_the_scan_is_refused():
+    v = check_format(cuda_candidate(load_kwargs='\n    extra_cflags=["-DQ(a)=at::matmul(a,a)"],'))
+    assert has(v, "extra_cflags", "-DQ(a)")
+
+
+def test_a_shell_substitution_in_a_flag_is_refused():
+    # torch's ninja file runs the flags through sh
+    v = check_format(cuda_candidate(load_kwargs='\n    extra_cuda_cflags=["-DX=$(touch /tmp/x)"],'))
+    assert has(v, "extra_cuda_cflags")
+
+
+def test_flags_built_at_run_time_are_refused():
+    v = check_format(cuda_candidate(head="import os", load_kwargs='\n    extra_cflags=[os.environ["F"]],'))
+    assert has(v, "extra_cflags", "built at run time")
+
+
+def test_arguments_passed_through_a_double_star_dict_are_refused():
+    v = check_format(cuda_candidate(head='OPTS = {"extra_cflags": ["-wrapper"]}', load_kwargs="\n    **OPTS,"))
+    assert has(v, "by name")
+
+
+def test_the_usual_optimisation_target_openmp_and_macro_flags_are_accepted():
+    kwargs = ('\n    extra_cflags=["-O3", "-march=native", "-fopenmp", "-DTILE=16", "-Wall"],'
+              '\n    extra_cuda_cflags=["-O3", "-arch=sm_90", "--expt-relaxed-constexpr", "-lineinfo"],'
+              '\n    extra_ldflags=["-fopenmp"],')
+    assert check_format(cuda_candidate(load_kwargs=kwargs)) == []
+
+
 # --- C2: global numerics flags ----------------------------------------------------------------------
 
 
