@@ -259,14 +259,14 @@ fatal "No such file"; with it, the search goes on to torch's real header."""
 def _run(argv: list[str], env: dict[str, str], timeout_s: float, pausable: Any = None) -> subprocess.CompletedProcess:
     """Run the compiler in a process group of its own, registered with ``pausable()`` (a device gate's: timings
     stop the group meanwhile) when given. Raises `subprocess.TimeoutExpired` after killing the group."""
-    with pausable() if pausable is not None else contextlib.nullcontext() as register:
+    with pausable() if pausable is not None else contextlib.nullcontext() as hold:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True)
-        if register is not None:
-            register(proc.pid)
         try:
+            if hold is not None:
+                hold.register(proc.pid)
             out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # a timeout, or anything else: no compiler is left running unpaused
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()

@@ -246,14 +246,13 @@ def test_on_the_cpu_backend_the_pch_build_is_paused_by_timings_like_a_compile(tm
     assert seen == [gate.pausable]  # a timing (exclusive) stops the build's compiler while it runs
 
 
-def test_the_compiler_registers_its_own_process_group_before_it_is_waited_for():
-    import contextlib
+def test_the_compiler_registers_its_own_process_group_with_the_gate(monkeypatch):
+    from kevin.sandbox import sandbox
 
-    registered = []
-
-    @contextlib.contextmanager
-    def pausable():
-        yield registered.append
-
-    run = _pch._run(["sh", "-c", "ps -o pgid= -p $$"], {"PATH": os.environ["PATH"]}, 30, pausable)
+    registered, register = [], sandbox._PausableHold.register
+    monkeypatch.setattr(sandbox._PausableHold, "register", lambda hold, pgid: (registered.append(pgid),
+                                                                              register(hold, pgid))[1])
+    gate = sandbox.DeviceGate()
+    run = _pch._run(["sh", "-c", "ps -o pgid= -p $$"], {"PATH": os.environ["PATH"]}, 30, gate.pausable)
     assert run.returncode == 0 and registered == [int(run.stdout.strip())]  # the group the compiler runs in
+    assert not gate._pausable  # and its admission ended with it
