@@ -240,9 +240,10 @@ class CandidateRun:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     # ---------------------------------------------------------------- stage 1: compile (import)
-    def wait_imported(self, paused_s: Callable[[], float] | None = None) -> EvalResult | None:
+    def wait_imported(self, paused_s: Callable[[], float] | None = None, check: bool = True) -> EvalResult | None:
         """None once the module imported; else its compile_error / runtime_error / timeout result. ``paused_s()``:
-        seconds the import was stopped by timings (the CPU backend), which do not count against its limit."""
+        seconds the import was stopped by timings (the CPU backend), which do not count against its limit.
+        ``check`` False: the caller checks the built libraries itself (`check_libraries`)."""
         start = time.monotonic()
         while True:
             deadline = min(start + self.config.compile_timeout_s + (paused_s() if paused_s else 0.0), self.deadline)
@@ -253,7 +254,7 @@ class CandidateRun:
                 break
         self.details["compile_seconds"] = round(time.monotonic() - self.t0, 3)
         if msg is not None and msg.event == "imported":
-            return self._check_symbols()
+            return self._check_symbols() if check else None
         if msg is not None and msg.event == "error":
             log = str(msg.data.get("message", ""))
             self.details["compile_log"] = log[-8000:]
@@ -262,6 +263,12 @@ class CandidateRun:
         if result.status == "timeout":
             self._clear_build_locks()
         return result
+
+    def check_libraries(self, hold: Callable[[], ContextManager[Any]] | None) -> EvalResult | None:
+        """`_check_symbols` inside ``hold()`` on the CPU backend: its ``nm`` runs on the cores a timing is measured
+        on, so it holds the device like a correctness run."""
+        with hold() if hold is not None and self.backend == "cpu" else contextlib.nullcontext():
+            return self._check_symbols()
 
     def _check_symbols(self) -> EvalResult | None:
         """Reject a built extension that imports ATen compute or forbidden libc functions (:mod:`._symbols`)."""
@@ -333,7 +340,7 @@ class CandidateRun:
         self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded
-        failed = self._check_symbols()
+        failed = self.check_libraries(checks)
         if failed is not None:
             return failed
         torch_ops = msg.data.get("torch_ops")
@@ -376,7 +383,7 @@ class CandidateRun:
             return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        failed = self._check_symbols()  # and after timing: a library loaded late is checked too
+        failed = self.check_libraries(checks)  # and after timing: a library loaded late is checked too
         if failed is not None:
             return failed
         report = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}

@@ -639,11 +639,13 @@ class Sandbox:
                     wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are in its group
                     hold.register(run.worker.proc.pid)
                 state.check()
-                failed = run.wait_imported(paused_s=hold.paused_s if hold is not None else None)
+                failed = run.wait_imported(paused_s=hold.paused_s if hold is not None else None, check=False)
             except BaseException:
                 run.close()
                 raise
         try:
+            # the built libraries' check, after the compile's admission: its nm holds the device like a check run
+            failed = failed or run.check_libraries(state.within(self._devices.gates[slot].shared))
             if failed is not None:
                 return failed, zygote, False
             marks["compiled"] = time.monotonic()
