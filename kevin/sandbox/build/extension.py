@@ -26,8 +26,8 @@ front end stops at the first errors (6.0 s, against 31.8 s for a whole compile w
 the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
 umbrella headers) keep the full prelude: they pay for the headers anyway.
 
-On the CPU backend it splits the call first (:mod:`.split`): the candidate's sources compile after `LIGHT_PRELUDE`
-in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object cache below shares
+On the CPU backend it splits the call first (:mod:`.split`): the candidate's sources compile after
+`CPU_LIGHT_PRELUDE` in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object cache below shares
 between candidates; a split that does not build falls back the same way (`try_light`).
 
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
