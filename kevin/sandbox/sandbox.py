@@ -198,6 +198,7 @@ class DeviceGate:
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
         self._pausable: dict[_PausableHold, int | None] = {}  # pausable() holders -> process group (None: not yet)
         self._stopped: dict[_PausableHold, float] = {}  # holders stopped by the exclusive() now held -> since when
+        self._unpaused_waiting = 0  # callers waiting in exclusive(pause=False): new pausable holders wait for them
 
     def _admits_shared(self) -> bool:
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
@@ -231,7 +232,8 @@ class DeviceGate:
         """
         hold = _PausableHold(self)
         with self._cond:
-            if not self._cond.wait_for(lambda: not self._exclusive, timeout=_bounded(timeout)):
+            if not self._cond.wait_for(lambda: not self._exclusive and not self._unpaused_waiting,
+                                       timeout=_bounded(timeout)):
                 raise _Cancelled
             self._pausable[hold] = None
         try:
@@ -251,6 +253,7 @@ class DeviceGate:
         with self._cond:
             began = time.monotonic()
             self._waiting.append(began)
+            self._unpaused_waiting += not pause  # so that a stream of new compiles cannot keep it out
             try:
                 admitted = self._cond.wait_for(
                     lambda: not self._exclusive and not self._shared and (
@@ -258,6 +261,7 @@ class DeviceGate:
                     timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
+                self._unpaused_waiting -= not pause
                 self._cond.notify_all()
             if not admitted:
                 raise _Cancelled

@@ -260,3 +260,22 @@ def test_a_forked_worker_is_signalled_only_once_it_leads_its_own_group():
     finally:
         proc.kill()
         proc.wait(5)
+
+
+def test_a_new_compile_waits_behind_a_correctness_run_waiting_alone():
+    # otherwise a stream of compiles could keep a run held alone (parallel checks off, an out-of-memory re-judge) out
+    gate, log = DeviceGate(), []
+    c, c_in, c_go = _start(gate.pausable, log, "compile 1")
+    assert c_in.wait(5)
+    a, a_in, a_go = _start(gate.alone, log, "alone")
+    _until(lambda: gate._unpaused_waiting == 1)
+    d, d_in, d_go = _start(gate.pausable, log, "compile 2")
+    assert not d_in.wait(0.3)
+    c_go.set()
+    assert a_in.wait(5) and not d_in.is_set()
+    a_go.set()
+    assert d_in.wait(5)
+    d_go.set()
+    for t in (c, a, d):
+        t.join(5)
+    assert log == ["compile 1 in", "compile 1 out", "alone in", "alone out", "compile 2 in", "compile 2 out"]
