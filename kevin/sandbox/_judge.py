@@ -306,10 +306,12 @@ class CandidateRun:
     def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None, reference_ms: float | None = None,
               checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
               timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+              libraries: Callable[[], ContextManager[Any]] | None = None,
               compare_on: str = "cpu") -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
-        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
+        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone;
+        ``libraries()``, a shared hold, for the built-library checks after each (`check_libraries`).
         ``reference_ms`` (the reference's eager time per call) bounds the correctness run
         (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
         of both sides, moved there), inside ``checks()`` when that is the timed device.
@@ -340,7 +342,7 @@ class CandidateRun:
         self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded
-        failed = self.check_libraries(checks)
+        failed = self.check_libraries(libraries)
         if failed is not None:
             return failed
         torch_ops = msg.data.get("torch_ops")
@@ -383,7 +385,7 @@ class CandidateRun:
             return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        failed = self.check_libraries(checks)  # and after timing: a library loaded late is checked too
+        failed = self.check_libraries(libraries)  # and after timing: a library loaded late is checked too
         if failed is not None:
             return failed
         report = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}

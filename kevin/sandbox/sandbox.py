@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -325,8 +326,6 @@ def wait_for_group(pid: int, timeout_s: float = 5.0) -> None:
 
 def _signal_group(pgid: int, name: str) -> None:
     """Send signal ``name`` to a process group; a group that is gone already is no error."""
-    import signal
-
     try:
         os.killpg(pgid, getattr(signal, name))
     except (ProcessLookupError, PermissionError):
@@ -649,7 +648,8 @@ class Sandbox:
                 raise
         try:
             # the built libraries' check, after the compile's admission: its nm holds the device like a check run
-            failed = failed or run.check_libraries(state.within(self._devices.gates[slot].shared))
+            libraries = state.within(self._devices.gates[slot].shared)
+            failed = failed or run.check_libraries(libraries)
             if failed is not None:
                 return failed, zygote, False
             marks["compiled"] = time.monotonic()
@@ -668,7 +668,7 @@ class Sandbox:
                 result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
                                    reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
                                    checks=state.within(gate.alone if alone else gate.shared, "correctness"),
-                                   timing=state.within(gate.exclusive, "timing"))
+                                   timing=state.within(gate.exclusive, "timing"), libraries=libraries)
                 return dataclasses.replace(result, baselines_ms=dict(baselines)), zygote, True
             finally:
                 self._golden.release(golden_key)

@@ -252,3 +252,76 @@ def test_stamps_whose_span_differs_from_the_arrival_times_leave_the_arrival_time
     messages, stamps = late_null_marks(0.0)
     stepped = stamps[:1] + [s._replace(sent=s.sent + 1.0) for s in stamps[1:]]
     assert wall_check(messages, 0.016, N, SandboxConfig(max_wall_ratio=3.0), stepped)["clock"] == "arrival"
+
+
+# ------------------------------------------------------------------ the compile limit leaves paused seconds out
+class _SlowImport:
+    """A worker whose import reports after ``ready_at`` (monotonic): `wait_for` records each deadline it was given."""
+
+    def __init__(self, ready_at):
+        self.ready_at, self.deadlines = ready_at, []
+
+    def wait_for(self, events, deadline):
+        self.deadlines.append(deadline)
+        time.sleep(max(0.0, min(deadline, self.ready_at) - time.monotonic()))
+        return Message(time.monotonic(), {"event": "imported"}, None) if time.monotonic() >= self.ready_at else None
+
+    def timed_out(self, deadline):
+        return time.monotonic() >= deadline
+
+
+def _waiting_run(worker, limit_s):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config=SandboxConfig(compile_timeout_s=limit_s), deadline=float("inf"), worker=worker,
+                           details={}, t0=time.monotonic(), _check_symbols=lambda: None,
+                           _crash=lambda msg, deadline, limit: SimpleNamespace(status="timeout"),
+                           _clear_build_locks=lambda: None)
+
+
+def test_seconds_a_timing_kept_the_import_stopped_do_not_count_against_its_limit():
+    from kevin.sandbox._judge import CandidateRun
+
+    # the import needs 0.5 s of wall time, its limit is 0.3 s, and timings stopped it for 0.4 s of them
+    worker = _SlowImport(ready_at=time.monotonic() + 0.5)
+    result = CandidateRun.wait_imported(_waiting_run(worker, 0.3), paused_s=lambda: 0.4)
+    assert result is None and len(worker.deadlines) == 1  # 0.3 + 0.4 = 0.7 s allowed: imported in time
+
+
+def test_a_stop_that_began_after_the_wait_extends_it_again():
+    from kevin.sandbox._judge import CandidateRun
+
+    # no pause when the wait starts (deadline 0.3 s); by then a timing has stopped the import for 0.4 s
+    worker, paused = _SlowImport(ready_at=time.monotonic() + 0.5), iter([0.0, 0.4, 0.4, 0.4])
+    result = CandidateRun.wait_imported(_waiting_run(worker, 0.3), paused_s=lambda: next(paused))
+    assert result is None and len(worker.deadlines) == 2
+    assert worker.deadlines[1] - worker.deadlines[0] == pytest.approx(0.4)
+
+
+def test_without_pauses_the_limit_is_the_limit():
+    from kevin.sandbox._judge import CandidateRun
+
+    worker = _SlowImport(ready_at=time.monotonic() + 0.5)
+    assert CandidateRun.wait_imported(_waiting_run(worker, 0.2), paused_s=lambda: 0.0).status == "timeout"
+    assert len(worker.deadlines) == 1
+
+
+@pytest.mark.parametrize("backend, held", [("cpu", True), ("cuda", False)])
+def test_the_built_library_check_holds_the_cpu_like_a_check_run(backend, held):
+    # its nm runs on the cores a CPU timing is measured on; on CUDA it is host work beside a GPU timing
+    import contextlib
+    from types import SimpleNamespace
+
+    from kevin.sandbox._judge import CandidateRun
+
+    inside, seen = [], []
+
+    @contextlib.contextmanager
+    def hold():
+        inside.append(True)
+        yield
+        inside.pop()
+
+    run = SimpleNamespace(backend=backend, _check_symbols=lambda: seen.append(bool(inside)))
+    assert CandidateRun.check_libraries(run, hold) is None
+    assert seen == [held]

@@ -1382,13 +1382,16 @@ _ALLOWED_FLAGS = {
 
 
 def _check_build_arguments(mod: _Module, call: ast.Call) -> list[str]:
-    """The extension name must be an identifier and every flag word on `_ALLOWED_FLAGS`'s list; arguments must be
-    passed by name or position (no ``*``/``**``), and ``extra_include_paths`` not at all."""
+    """The extension name must be an identifier and every flag word on `_ALLOWED_FLAGS`'s list; arguments after
+    ``cuda_sources`` must be passed by keyword (torch versions differ in the positions that follow: ``sycl_sources``
+    came before ``functions``), none through ``*``/``**``, and ``extra_include_paths`` not at all."""
     out = []
-    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        out.append(f"load_inline (line {call.lineno}) takes ``*``/``**`` arguments: pass each argument by name, as "
-                   "literals or module-level constants, so it can be checked")
-    if _kwarg(call, "extra_include_paths", 99) is not None:
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args) \
+            or len(call.args) > _LOAD_INLINE_POSITIONS["cuda_sources"] + 1:
+        out.append(f"load_inline (line {call.lineno}) takes ``*``/``**`` arguments or more than three positional "
+                   "ones: pass each argument after cuda_sources by keyword, as literals or module-level constants, "
+                   "so it can be checked")
+    if any(k.arg == "extra_include_paths" for k in call.keywords):
         out.append(f"load_inline (line {call.lineno}) passes extra_include_paths: kernels include only the system's, "
                    "torch's and CUDA's headers")
     name = _kwarg(call, "name", _LOAD_INLINE_POSITIONS["name"])

@@ -4,7 +4,8 @@ Standard library only (the parent imports it). After the warm-up calls the timed
 `N_SEGMENTS` segments, each led by `NULL_CALLS` calls of the same harness with a trusted null call in place of
 the candidate's forward. The worker marks the start of every null block and every segment on its report pipe,
 each just after a datagram of `mark_bytes` that the kernel stamps when it is sent (the parent's clock for them).
-The null calls measure what the harness itself costs per call in that process at that moment, so the parent's wall-clock check subtracts a figure taken under the same load.
+The null calls measure what the harness itself costs per call in that process at that moment, so the parent's
+wall-clock check subtracts a figure taken under the same load.
 The parent derives the segment sizes from the number of samples itself (`segment_sizes`), never from what the
 worker says.
 """

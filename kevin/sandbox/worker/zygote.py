@@ -10,8 +10,9 @@ inherits nothing of other candidates: each fork starts from the zygote's clean s
 
 Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"job", "cwd", "env", "stdout", "stderr"}`` with two
 or three fds (report pipe write end, command pipe read end, the mark socket's sending end); the zygote answers
-``{"pid": ...}``, and later
-``{"exit": pid, "code": ...}`` (``code`` as ``Popen.returncode``: negative for a signal) when it reaps it.
+``{"pid": ...}``, and later ``{"exit": pid, "code": ...}`` (``code`` as ``Popen.returncode``: negative for a
+signal) when it reaps it. The child calls ``setsid`` after the pid went out: wait for it to lead its group before
+signalling the group (``kevin.sandbox.sandbox.wait_for_group``).
 """
 
 from __future__ import annotations

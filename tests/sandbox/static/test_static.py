@@ -402,7 +402,16 @@ def test_flags_built_at_run_time_are_refused():
 
 def test_arguments_passed_through_a_double_star_dict_are_refused():
     v = check_format(cuda_candidate(head='OPTS = {"extra_cflags": ["-wrapper"]}', load_kwargs="\n    **OPTS,"))
-    assert has(v, "by name")
+    assert has(v, "by keyword")
+
+
+def test_flags_passed_in_a_position_that_differs_between_torch_versions_are_refused():
+    # torch 2.13: name, cpp_sources, cuda_sources, sycl_sources, functions, extra_cflags (older: no sycl_sources)
+    src = cuda_candidate().replace('    name="add_ext",\n    cpp_sources=cpp_source,\n    cuda_sources=cuda_source,\n'
+                                   '    functions=["add_forward"],',
+                                   '    "add_ext", cpp_source, cuda_source, None, ["add_forward"], ["-wrapper"],')
+    assert '["-wrapper"]' in src
+    assert has(check_format(src), "by keyword")
 
 
 def test_the_usual_optimisation_target_openmp_and_macro_flags_are_accepted():
