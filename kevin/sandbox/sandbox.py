@@ -36,7 +36,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Iterator, Sequence
 
-from . import _golden_run, _judge, _process, _resolve, _scratch, feedback
+from . import _golden_run, _judge, _process, _resolve, _scratch, _stop_guard, feedback
 from kevin.sandbox.build import pch as _pch
 from .config import SandboxConfig
 from .result import EvalResult
@@ -244,6 +244,7 @@ class DeviceGate:
                 pgid = self._pausable.pop(hold)
                 if pgid is not None and hold in self._stopped:
                     _signal_group(pgid, "SIGCONT")  # leaving while stopped (a cancel): its process is killed next
+                    _stop_guard.continued(pgid)
                     hold.paused += time.monotonic() - self._stopped.pop(hold)
                 self._cond.notify_all()
 
@@ -270,6 +271,7 @@ class DeviceGate:
             now = time.monotonic()
             for hold, pgid in self._pausable.items():  # all registered (pause) or none left (not pause)
                 if pgid is not None:
+                    _stop_guard.stopping(pgid)  # killed, should this process die before it continues them
                     _signal_group(pgid, "SIGSTOP")
                     self._stopped[hold] = now
         try:
@@ -280,6 +282,7 @@ class DeviceGate:
                 for hold, pgid in self._pausable.items():
                     if hold in self._stopped:
                         _signal_group(pgid, "SIGCONT")
+                        _stop_guard.continued(pgid)
                         hold.paused += now - self._stopped.pop(hold)
                 self._exclusive = False
                 self._cond.notify_all()

@@ -279,3 +279,67 @@ def test_a_new_compile_waits_behind_a_correctness_run_waiting_alone():
     for t in (c, a, d):
         t.join(5)
     assert log == ["compile 1 in", "compile 1 out", "alone in", "alone out", "compile 2 in", "compile 2 out"]
+
+
+_HOLDER = """
+import subprocess, sys, time
+from kevin.sandbox.sandbox import DeviceGate
+gate = DeviceGate(patience_s=0.0)
+with gate.pausable() as hold:
+    compile_ = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    hold.register(compile_.pid)
+    with gate.exclusive():
+        print(compile_.pid, flush=True)
+        if sys.argv[1] == "stay":
+            time.sleep(600)
+    print("continued", flush=True)
+    time.sleep(600)
+"""
+
+
+def _state(pid):
+    """The process's state letter ("T" stopped, "S" sleeping, "Z" zombie), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def _kill_holder_with(mode):
+    """Run a gate in a child process that stops a `sleep` 'compile' (and continues it unless ``mode`` is "stay"),
+    SIGKILL that process, and return the compile's pid."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, mode], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": root})
+    pid = int(holder.stdout.readline())
+    if mode == "stay":
+        _until(lambda: _state(pid) == "T")
+    else:
+        assert holder.stdout.readline().strip() == "continued"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(10)
+    return pid
+
+
+def test_a_compile_left_stopped_by_a_killed_sandbox_process_is_killed():
+    pid = _kill_holder_with("stay")
+    _until(lambda: _state(pid) in ("Z", None))  # without the guard it would stay "T" for good
+
+
+def test_a_compile_continued_before_the_sandbox_process_died_is_left_running():
+    import os
+    import signal
+
+    pid = _kill_holder_with("continue")
+    time.sleep(1.0)  # the guard has seen the pipe close by now
+    try:
+        assert _state(pid) == "S"
+    finally:
+        os.kill(pid, signal.SIGKILL)
