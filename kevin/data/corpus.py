@@ -112,10 +112,7 @@ class Mix:
     weight to the others of its group (correct or flawed), so the correct share stays as set.
     ``refinement_share``: the share of all examples that are refinements (turn 2).
     ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer
-    is the fast version).
-    ``refinement_keep``: among refinements, the share whose attempt was the fast correct kernel (the answer keeps
-    it): without them a policy first meets a correct fast attempt in RL, and often rewrites it into a broken
-    one. The rest fix a flawed attempt.
+    is the fast version); the rest fix a flawed attempt.
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
@@ -124,7 +121,6 @@ class Mix:
     })
     refinement_share: float = 0.3
     refinement_speedup: float = 0.2
-    refinement_keep: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = set(self.first_turn) - set(KINDS)
@@ -132,10 +128,8 @@ class Mix:
             raise ValueError(f"unknown kinds in Mix.first_turn: {sorted(unknown)}")
         if any(w < 0 for w in self.first_turn.values()) or sum(self.first_turn.values()) <= 0:
             raise ValueError("Mix.first_turn weights must be >= 0 with a positive sum")
-        if not 0 <= self.refinement_share <= 1 or not 0 <= self.refinement_speedup <= 1 \
-                or not 0 <= self.refinement_keep <= 1 - self.refinement_speedup:
-            raise ValueError("Mix.refinement_share, refinement_speedup and refinement_keep must be in [0, 1], "
-                             "refinement_speedup + refinement_keep at most 1")
+        if not 0 <= self.refinement_share <= 1 or not 0 <= self.refinement_speedup <= 1:
+            raise ValueError("Mix.refinement_share and Mix.refinement_speedup must be in [0, 1]")
 
     @property
     def correct_share(self) -> float:
@@ -3786,13 +3780,11 @@ def _feedback(plan: _Plan, answer: Answer, backend: str) -> str:
 
 
 def _speed_feedback(answer: Answer) -> tuple[str, float]:
-    """Feedback for a correct first attempt (slow: 0.08-0.68x; fast: 0.7-2.0x). The times are illustrative (no
-    measurement is made here), in the sandbox's wording; returns (feedback, speedup)."""
+    """Feedback for a correct but slow first attempt. The times are illustrative (no measurement is made
+    here), in the sandbox's wording; returns (feedback, speedup)."""
     h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:speed".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
     speedup = 0.08 + ((h >> 10) % 600) / 1000.0
-    if answer.kind == "fast":  # the blocked or fused kernel: about as fast as the reference, or faster
-        speedup = 0.7 + ((h >> 10) % 1300) / 1000.0
     runtime = baseline / speedup
     return (f"Correct. Your kernel took {runtime:.4g} ms against {baseline:.4g} ms for the PyTorch reference: "
             f"a speedup of {speedup:.2f}x."), speedup
@@ -3874,15 +3866,6 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
         text = _response(thought, fast.code, fast.summary)
         msgs = build_messages(task, [Attempt(slow.code, slow.summary, feedback)], backend=backend)
         out.append(Example(msgs, text, "speedup", "correct", task.task_id, backend, 2))
-    if "fast" in by_kind:
-        fast = by_kind["fast"]
-        feedback, speedup = _speed_feedback(fast)
-        thought = (f"Correct, at {speedup:.2f}x the reference. Reading my kernel again: "
-                   f"{_thought(plan, plan.stages, 'fast', backend)} That is already the structure I would aim for, and a "
-                   "rewrite risks a correct kernel for little, so I keep it as it is.")
-        text = _response(thought, fast.code, fast.summary)
-        msgs = build_messages(task, [Attempt(fast.code, fast.summary, feedback)], backend=backend)
-        out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2))
     return out
 
 
@@ -3894,8 +3877,7 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     ``round(N * mix.correct_share)`` of the N first turns are correct, the kinds within each group drawn by
     the weights of ``mix.first_turn`` among the kinds the task has (a task's answers are used before any
     repeats). Refinements: ``round(N * share / (1 - share))`` of them (``share = mix.refinement_share``),
-    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept, the rest fixes of
-    flawed attempts; tasks taken in a
+    ``mix.refinement_speedup`` of those slow-to-fast, the rest fixes of flawed attempts; tasks taken in a
     shuffled round robin. The result is shuffled.
 
     >>> from kevin.data.builtin import builtin_tasks
@@ -3932,11 +3914,12 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
             examples.append(Example([dict(m) for m in prompt], a.text, a.kind, a.expected, task.task_id, backend, 1))
     share = mix.refinement_share
     n_ref = round(n_first * share / (1 - share)) if share < 1 else n_first
-    quota = {"speedup": round(n_ref * mix.refinement_speedup), "keep": round(n_ref * mix.refinement_keep)}
+    n_speed = round(n_ref * mix.refinement_speedup)
     order = list(range(len(pool)))
     rng.shuffle(order)
     refinements: dict[int, list[Example]] = {}
     made = 0
+    speed_made = 0
     turn = 0
     while made < n_ref and turn < 4 * n_ref + len(pool):
         idx = order[turn % len(order)]
@@ -3944,13 +3927,14 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
         task, answers = pool[idx]
         if idx not in refinements:
             refinements[idx] = refinement_examples(task, backend, answers)
-        want = next((k for k, n in quota.items() if n > 0), "fix")
-        group = [e for e in refinements[idx] if (e.kind if e.kind in quota else "fix") == want]
+        options = refinements[idx]
+        want_speed = speed_made < n_speed
+        group = [e for e in options if (e.kind == "speedup") == want_speed]
         if not group:
             continue
-        if want in quota:
+        if want_speed:
             pick = group[0]
-            quota[want] -= 1
+            speed_made += 1
         else:
             weights = [mix.first_turn.get(e.kind[len("fix_"):], 0.0) or 1e-6 for e in group]
             pick = rng.choices(group, weights=weights)[0]

@@ -190,28 +190,6 @@ def test_the_first_turns_are_well_below_perfect_and_the_refinements_mostly_fix()
     assert flawed_kinds == set(FLAWED_KINDS)
 
 
-def test_a_keep_refinement_shows_the_fast_kernel_as_correct_and_answers_with_it_unchanged():
-    task = builtin_tasks(names=["Gemm_ReLU_Divide"])[0]
-    (keep,) = [e for e in corpus.refinement_examples(task, "cpu") if e.kind == "keep"]
-    fast = next(a for a in corpus.kernel_answers(task, "cpu") if a.kind == "fast")
-    prompt = keep.messages[0]["content"]
-    assert fast.code.strip() in prompt and parse_response(keep.answer).code == fast.code
-    speedup = float(re.search(r"a speedup of ([\d.]+)x", prompt.split("Feedback:\n", 1)[1]).group(1))
-    assert 0.7 <= speedup < 2.0  # a fast kernel's illustrative feedback: 0.7 + (h % 1300) / 1000
-
-
-def test_the_mix_gives_kept_fast_attempts_their_share_of_the_refinements():
-    mix = Mix(refinement_keep=0.25)
-    refine = [e for e in build_corpus(ALL, "cpu", seed=0, mix=mix, per_task=4) if e.turn == 2]
-    assert sum(e.kind == "keep" for e in refine) / len(refine) == pytest.approx(0.25, abs=0.02)
-    assert sum(e.kind == "speedup" for e in refine) / len(refine) == pytest.approx(mix.refinement_speedup, abs=0.02)
-
-
-def test_a_mix_whose_speedup_and_keep_shares_exceed_one_is_refused():
-    with pytest.raises(ValueError, match="refinement_keep"):
-        Mix(refinement_speedup=0.6, refinement_keep=0.5)
-
-
 def test_a_mix_without_flawed_kinds_gives_only_correct_first_turns():
     mix = Mix(first_turn={"slow": 1.0, "fast": 1.0}, refinement_share=0.0)
     examples = build_corpus(SOME[:5], "cuda", seed=1, mix=mix, per_task=2)
@@ -227,9 +205,9 @@ def test_first_turn_prompts_carry_the_worked_example_and_refinements_the_attempt
         assert ("Here is an example" in msg["content"]) == (e.turn == 1)
         assert ("Here are your previous attempts:" in msg["content"]) == (e.turn == 2)
     refs = corpus.refinement_examples(task, "cpu")
-    assert {e.kind for e in refs} == {"fix_" + k for k in FLAWED_KINDS} | {"speedup", "keep"}
+    assert {e.kind for e in refs} == {"fix_" + k for k in FLAWED_KINDS} | {"speedup"}
     answers = {a.kind: a for a in corpus.kernel_answers(task, "cpu")}
-    for e in [e for e in refs if e.kind != "keep"]:
+    for e in refs:
         prompt = e.messages[0]["content"]
         attempt = answers[e.kind[len("fix_"):]] if e.kind.startswith("fix_") else answers["slow"]
         assert attempt.code.strip() in prompt  # the earlier kernel is shown ...

@@ -92,10 +92,6 @@ class StarterConfig:
     refinement_share: float = 0.5
     """share of refinement (turn 2) examples in the corpus (with a fifth of them, the starter's second turns in RL
     were mostly format errors: answers that start inside an earlier kernel or never close the thought)"""
-    refinement_keep: float = 0.2
-    """share of the refinements whose attempt is the fast correct kernel and whose answer keeps it
-    (kevin.data.corpus.Mix.refinement_keep): without them, the starter's second turns often broke a correct
-    first turn"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
@@ -186,8 +182,7 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
 
     if cfg.backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend {cfg.backend!r}; expected 'cpu' or 'cuda'")
-    key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share,
-           cfg.refinement_keep, cfg.seed)
+    key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share, cfg.seed)
     if key not in _CORPUS_CACHE:
         if not 0 < cfg.correct_share < 1:
             raise ValueError(f"correct_share must be in (0, 1), got {cfg.correct_share}")
@@ -197,7 +192,7 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
         weights = {k: w * (cfg.correct_share / correct if k in CORRECT_KINDS else (1 - cfg.correct_share) / flawed)
                    for k, w in base.first_turn.items()}
         mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share,
-                  refinement_speedup=base.refinement_speedup, refinement_keep=cfg.refinement_keep)
+                  refinement_speedup=base.refinement_speedup)
         _CORPUS_CACHE[key] = build_corpus(starter_tasks(cfg), cfg.backend, seed=cfg.seed, mix=mix, per_task=cfg.per_task)
     return _CORPUS_CACHE[key]
 
