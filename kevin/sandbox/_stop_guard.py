@@ -1,11 +1,16 @@
 """What a timing leaves stopped does not outlive the process that stopped it.
 
 A timing on the CPU backend stops every running compile's process group (SIGSTOP) and continues it after
-(`DeviceGate.pausable`). If the sandbox's process dies in between (killed, out of memory), nothing would ever
+(`DeviceGate.pausable`). If the sandbox's process died in between (killed, out of memory), nothing would ever
 continue those groups: stopped compilers would hold their memory until the machine restarts. So the first stop
-starts a small guard process, which reads ``stop <pgid>`` and ``cont <pgid>`` lines from a pipe and, when the pipe
-closes (the sandbox's process is gone, however it died), kills every group still stopped. It ignores the signals
-that a terminal or a job scheduler sends to the whole job, so that it outlives the sandbox's process to do so.
+starts a guard process, which reads ``stop <pgid>`` and ``cont <pgid>`` lines from a pipe and, when the pipe closes
+(the sandbox's process is gone), kills every group still stopped.
+
+The guard leads a session of its own, so a signal to the sandbox's process group or terminal does not reach it,
+and it makes itself undumpable, so other processes of the user cannot open its pipe through ``/proc``. The writes
+never block: they run under the device gate's lock, and a guard that does not read (stopped by someone) is killed
+and replaced, with the whole stopped set. Not covered: a fork of the sandbox's process that keeps the pipe open
+after it dies, and a candidate that kills the guard just before the sandbox's process dies.
 """
 
 from __future__ import annotations
@@ -16,15 +21,19 @@ import subprocess
 import sys
 import threading
 
-# the guard: standard library only, started with -I (no site, no user path) so that it starts in milliseconds
+# the guard: standard library only, started with -I -S so that it starts in milliseconds
 _GUARD = """
-import os, signal, sys
-for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-    signal.signal(getattr(signal, name), signal.SIG_IGN)
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/<pid>/fd is closed to the user's processes
+except Exception:
+    pass
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
 stopped = set()
-for line in sys.stdin:  # ends when the sandbox's process is gone
-    op, _, pgid = line.partition(" ")
-    (stopped.add if op == "stop" else stopped.discard)(int(pgid))
+for line in sys.stdin.buffer:  # ends when the sandbox's process is gone
+    op, _, pgid = line.decode("ascii", "replace").partition(" ")
+    if op in ("stop", "cont") and pgid.strip().isdigit():
+        (stopped.add if op == "stop" else stopped.discard)(int(pgid))
 for pgid in stopped:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -34,7 +43,8 @@ for pgid in stopped:
 
 _lock = threading.Lock()
 _proc: subprocess.Popen | None = None
-_stopped: set[int] = set()  # groups stopped now, re-sent to a guard started again
+_stopped: set[int] = set()  # groups stopped now, sent whole to a new guard
+_warned = False
 
 
 def stopping(pgid: int) -> None:
@@ -48,26 +58,46 @@ def continued(pgid: int) -> None:
 
 
 def _send(op: str, pgid: int) -> None:
-    global _proc
+    global _proc, _warned
     with _lock:
         (_stopped.add if op == "stop" else _stopped.discard)(pgid)
-        line = f"{op} {pgid}\n"
+        data = f"{op} {pgid}\n".encode()
         for _ in range(2):
             try:
                 if _proc is None or _proc.poll() is not None:
                     if not _stopped:
                         return  # nothing to guard
                     _proc = _start()
-                    line = "".join(f"stop {g}\n" for g in _stopped)  # a new guard learns the whole set
-                _proc.stdin.write(line)
-                _proc.stdin.flush()
-                return
-            except OSError:
-                _proc = None
-        logging.getLogger(__name__).warning("no guard process: a crash now would leave group %d stopped", pgid)
+                    data = "".join(f"stop {g}\n" for g in _stopped).encode()  # a new guard learns the whole set
+                if os.write(_proc.stdin.fileno(), data) == len(data):
+                    return
+            except OSError:  # gone, or full because it does not read: replace it
+                pass
+            _retire()
+        if not _warned:
+            _warned = True
+            logging.getLogger(__name__).warning("no guard process: a crash now would leave group %d stopped", pgid)
 
 
 def _start() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, close_fds=True,
-                            env={"PATH": os.environ.get("PATH", "")})
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                            start_new_session=True, env={"PATH": os.environ.get("PATH", "")})
+    os.set_blocking(proc.stdin.fileno(), False)
+    return proc
+
+
+def _retire() -> None:
+    """Kill the guard in hand (it may be stopped) and forget it; the next write starts another."""
+    global _proc
+    if _proc is not None:
+        try:  # dead before its pipe closes, or it would kill the stopped groups
+            _proc.kill()
+            _proc.wait(1)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            _proc.stdin.close()
+        except OSError:
+            pass
+    _proc = None

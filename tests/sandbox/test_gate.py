@@ -289,7 +289,8 @@ with gate.pausable() as hold:
     compile_ = subprocess.Popen(["sleep", "600"], start_new_session=True)
     hold.register(compile_.pid)
     with gate.exclusive():
-        print(compile_.pid, flush=True)
+        from kevin.sandbox import _stop_guard
+        print(compile_.pid, _stop_guard._proc.pid, flush=True)
         if sys.argv[1] == "stay":
             time.sleep(600)
     print("continued", flush=True)
@@ -308,7 +309,7 @@ def _state(pid):
 
 def _kill_holder_with(mode):
     """Run a gate in a child process that stops a `sleep` 'compile' (and continues it unless ``mode`` is "stay"),
-    SIGKILL that process, and return the compile's pid."""
+    SIGKILL that process, wait for its guard to end, and return the compile's pid."""
     import os
     import signal
     import subprocess
@@ -318,19 +319,27 @@ def _kill_holder_with(mode):
     root = str(Path(__file__).resolve().parents[2])
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, mode], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": root})
-    pid = int(holder.stdout.readline())
+    pid, guard = map(int, holder.stdout.readline().split())
     if mode == "stay":
         _until(lambda: _state(pid) == "T")
     else:
         assert holder.stdout.readline().strip() == "continued"
     holder.send_signal(signal.SIGKILL)
     holder.wait(10)
+    _until(lambda: _state(guard) in ("Z", None))  # the guard saw the pipe close and did its work
     return pid
 
 
 def test_a_compile_left_stopped_by_a_killed_sandbox_process_is_killed():
+    import os
+    import signal
+
     pid = _kill_holder_with("stay")
-    _until(lambda: _state(pid) in ("Z", None))  # without the guard it would stay "T" for good
+    try:
+        _until(lambda: _state(pid) in ("Z", None))  # without the guard it would stay "T" for good
+    finally:
+        if _state(pid) not in ("Z", None):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_compile_continued_before_the_sandbox_process_died_is_left_running():
@@ -338,8 +347,31 @@ def test_a_compile_continued_before_the_sandbox_process_died_is_left_running():
     import signal
 
     pid = _kill_holder_with("continue")
-    time.sleep(1.0)  # the guard has seen the pipe close by now
     try:
         assert _state(pid) == "S"
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_guard_that_stops_reading_is_replaced_without_blocking_the_gate():
+    # a candidate of the same user could SIGSTOP the guard: its pipe fills, and a blocking write would hold the
+    # device gate's lock for good. The write fails at once instead, and a new guard gets the stopped set.
+    import os
+    import signal
+
+    from kevin.sandbox import _stop_guard
+
+    _stop_guard.stopping(999_999_999)  # no such group: the guard only records it
+    first = _stop_guard._proc
+    try:
+        os.kill(first.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        for _ in range(20_000):  # 20,000 lines of about 16 bytes: past a 64 KiB pipe
+            _stop_guard.stopping(999_999_998)
+            _stop_guard.continued(999_999_998)
+        assert time.monotonic() - started < 30
+        assert _stop_guard._proc is not first and _stop_guard._proc.poll() is None
+    finally:
+        _stop_guard.continued(999_999_999)
+        if first.poll() is None:
+            first.kill()
