@@ -7,10 +7,9 @@ starts a guard process, which reads ``stop <pgid>`` and ``cont <pgid>`` lines fr
 (the sandbox's process is gone), kills every group still stopped.
 
 The guard leads a session of its own, so a signal to the sandbox's process group or terminal does not reach it,
-and it makes itself undumpable, so other processes of the user cannot open its pipe through ``/proc``. The writes
-never block: they run under the device gate's lock, and a guard that does not read (stopped by someone) is killed
-and replaced, with the whole stopped set. Not covered: a fork of the sandbox's process that keeps the pipe open
-after it dies, and a candidate that kills the guard just before the sandbox's process dies.
+and it is undumpable (its end of the pipe cannot be opened through ``/proc``). The writes never block, since they
+run under the device gate's lock: a guard 64 KiB behind (stopped by someone) is killed and replaced, with the
+whole stopped set. What it does not cover is in docs/threat-model.md ("Not defended").
 """
 
 from __future__ import annotations
@@ -36,8 +35,9 @@ for line in sys.stdin.buffer:  # ends when the sandbox's process is gone
         (stopped.add if op == "stop" else stopped.discard)(int(pgid))
 for pgid in stopped:
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
+        if pgid > 1:
+            os.killpg(pgid, signal.SIGKILL)
+    except Exception:
         pass
 """
 

@@ -3,6 +3,8 @@
 import threading
 import time
 
+import pytest
+
 from kevin.sandbox.sandbox import DeviceGate
 
 
@@ -353,6 +355,7 @@ def test_a_compile_continued_before_the_sandbox_process_died_is_left_running():
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.timeout(120)  # a blocking write would hang here
 def test_a_guard_that_stops_reading_is_replaced_without_blocking_the_gate():
     # a candidate of the same user could SIGSTOP the guard: its pipe fills, and a blocking write would hold the
     # device gate's lock for good. The write fails at once instead, and a new guard gets the stopped set.
