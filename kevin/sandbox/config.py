@@ -98,9 +98,8 @@ class SandboxConfig:
     precompiled_header: bool | None = None
     """build a precompiled <torch/extension.h> (``._pch``, ~0.8 GB per flag set, built once per toolchain in the
     cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only. On the CPU backend
-    the build holds the cores like a compile, so timings wait for it, and so does anything that holds the device
-    while a timing is queued (about a minute, once per cache): the training recipes turn it on there, a short-lived
-    CPU sandbox is better without it"""
+    the build (about a minute, once per cache) runs niced beside the compiles and is stopped by timings like them:
+    the training recipes turn it on there, a short-lived CPU sandbox is better without it"""
     object_cache: bool = True
     """compile each distinct ``main.cpp`` once across build directories (``._objcache``): candidates that declare
     the same functions with other kernels share the compiled bindings. False = every build compiles its own"""
