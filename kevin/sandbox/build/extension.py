@@ -27,8 +27,8 @@ the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or
 umbrella headers) keep the full prelude: they pay for the headers anyway.
 
 On the CPU backend it splits the call first (:mod:`.split`): the candidate's sources compile after
-`CPU_LIGHT_PRELUDE` in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object cache below shares
-between candidates; a split that does not build falls back the same way (`try_light`).
+`CPU_LIGHT_PRELUDE` in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object
+cache below shares between candidates; a split that does not build falls back the same way (`try_light`).
 
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through

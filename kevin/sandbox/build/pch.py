@@ -261,8 +261,7 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float, pausable: Any =
     stop the group meanwhile) when given. Raises `subprocess.TimeoutExpired` after killing the group."""
     with pausable() if pausable is not None else contextlib.nullcontext() as hold:
         # a process group of its own, in this session: a new session would be a scheduler autogroup of its own,
-        # which Linux gives an equal share of the cores whatever its niceness (the policy's generation then took
-        # 45 s instead of 3 s beside it on 2 cores)
+        # which Linux gives an equal share of the cores whatever its niceness, so the nice would not hold
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **group)
         try:
