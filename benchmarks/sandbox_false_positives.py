@@ -267,9 +267,9 @@ def main() -> int:
     n_load = a.load if a.load is not None else len(honest.entries(backend))
     cache = a.cache_dir or tempfile.mkdtemp(prefix="kevin-fp-")
     golden = {} if a.max_golden_gib is None else {"max_golden_bytes": int(a.max_golden_gib * 2**30)}
-    config = SandboxConfig(workers=a.workers, cache_dir=cache, **golden)
+    config = SandboxConfig(workers=a.workers, cache_dir=cache, reuse_verdicts=False, **golden)
     sandbox = Sandbox(a.device, config)
-    attacker = Sandbox(a.device, SandboxConfig(workers=a.workers, cache_dir=cache, static_checks=False,
+    attacker = Sandbox(a.device, SandboxConfig(workers=a.workers, cache_dir=cache, static_checks=False, reuse_verdicts=False,
                                                 kernel_inventory=False)) if a.attacks == "dynamic" else None
     nonce = secrets.token_hex(3)
     meta = dict(device=a.device, cores=cores, workers=a.workers, busy=busy, load=n_load, broken=a.broken,

@@ -176,7 +176,8 @@ def main() -> None:
     phases = set(args.phases.split(","))
     prefork = {"auto": SandboxConfig().prefork, "on": True, "off": False}[args.prefork]
     cover = {} if args.launch_cover_us is None else {"launch_cover_us": args.launch_cover_us}
-    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover)
+    config = SandboxConfig(workers=args.workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork,
+                           reuse_verdicts=False, **cover)
     results: dict = {"device": torch.cuda.get_device_name(0), "command": " ".join(sys.argv),
                      "config": {"n_warmup": 5, "n_trials": 100, "workers": args.workers,
                                 "cache_dir": config.resolved_cache_dir(), "prefork": config.prefork,
@@ -249,7 +250,7 @@ def main() -> None:
     for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
         if label.split("_")[0] not in phases:
             continue
-        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover,
+        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover, reuse_verdicts=False,
                                            parallel_checks=args.parallel_checks == "on",
                                            light_prelude=args.light_prelude == "on"))
         stamp = f"{label}-{time.time_ns()}"

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # The closed loop on one H200 (results: benchmarks/README.md, "The loop on an H200").
-# 1. the wall-check GPU test; 2. warm-start the "medium" starter (Qwen2 layout, ~130M parameters) on the CUDA corpus
-# on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox, as many of --steps as the
-# time allows (metrics.jsonl is written after every step). Run from the repository root; writes a few files to $OUT.
+# 1. optionally the wall-check GPU test (TESTS_S=60); 2. warm-start the "medium" starter (Qwen2 layout, ~130M
+# parameters) on the CUDA corpus on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox,
+# as many of --steps as the time allows. Run from the repository root. It writes to $JOB_OUT when started by
+# benchmarks/detach.sh (the run outlives one device command: `bash benchmarks/detach.sh start loop bash
+# benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so far are copied there every 10 s.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
-OUT=${OUT:-out}; R=/tmp/kevin_starter; mkdir -p "$OUT" "$R" "$KEVIN_CACHE_DIR"
+OUT=${JOB_OUT:-${OUT:-out}}; R=/tmp/kevin_starter; mkdir -p "$OUT" "$R" "$KEVIN_CACHE_DIR"
 BUDGET=${BUDGET:-580}
 TASKS=${TASKS:-"builtin:Matmul_3d_by_2d,AvgPool3d,Matmul_LayerNorm_GELU,Gemm_Sigmoid_Scaling_ResidualAdd,GELU,Conv3d,HardSigmoid,Conv3d_LeakyReLU_Add_Sum"}
 RL=${RL:-"--tasks_per_step 4 --n_trajectories 8 --n_turns 2 --max_new_tokens 1024 --steps 5 --lr 5e-5
   --micro_batch_size 16 --generation_mode generate"}
+(while sleep 10; do cp "$R/rl/metrics.jsonl" "$OUT/rl_metrics.jsonl" 2>/dev/null
+  mkdir -p "$OUT/rollouts" && cp "$R"/rl/rollouts/*.jsonl.gz "$OUT/rollouts/" 2>/dev/null; done) &
+COPIER=$!
+trap 'kill $COPIER 2>/dev/null' EXIT
 
-echo "== GPU tests (t=$SECONDS s)"
-timeout "${TESTS_S:-60}" python3 -m pytest -m gpu tests/sandbox/test_gpu.py -k "${TESTS_K:-slack}" -q \
-  -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log"; tail -3 "$OUT/gpu_tests.log"
+if [ "${TESTS_S:-0}" -gt 0 ]; then
+  echo "== GPU tests (t=$SECONDS s)"
+  timeout "$TESTS_S" python3 -m pytest -m gpu tests/sandbox/test_gpu.py -k "${TESTS_K:-slack}" -q -p no:cacheprovider \
+    > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log"; tail -3 "$OUT/gpu_tests.log"
+fi
 
 echo "== warm start (t=$SECONDS s)"
 timeout "${WARM_S:-200}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
@@ -30,7 +38,8 @@ cp "$R/starter/starter.json" "$OUT/starter.json" 2>/dev/null
 python3 - "$R/rl/metrics.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 keys = ["rollout/correct", "turn1/correct", "turn2/correct", "reward/score_mean", "rollout/status/format_error",
-        "rollout/status/compile_error", "time/generation", "time/sandbox", "time/train", "time/step",
+        "rollout/status/compile_error", "time/generation", "time/sandbox", "time/sandbox_alone", "time/train",
+        "time/step",
         "perf/train_tokens_per_s", "perf/mfu", "perf/peak_memory_gib"]
 try:
     rows = [json.loads(line) for line in open(sys.argv[1])]

@@ -381,6 +381,54 @@ class _DevicePool:
 _CANCEL_GRACE_S = 5.0  # after the deadline, how long stopped candidates get to wind down before being reported
 
 
+REUSABLE = ("compile_error", "incorrect", "correct")
+"""The verdicts a byte-identical candidate of the same task gets again (`_Verdicts`): those that follow from the
+source and the run's inputs. Timeouts, runtime errors (out of memory on a shared device among them) and internal
+errors can come from the moment, so a twin of such a candidate is judged afresh."""
+
+
+class _Verdicts:
+    """The verdicts of a Sandbox's candidates by (task source, candidate source), the ``capacity`` most recent.
+
+    A policy samples the same kernel many times (a warm-started or converging one more than half of its kernels in a
+    step): a twin waits for the first copy's verdict instead of compiling, checking and timing it again. The inputs
+    and the baseline are the Sandbox's own for its lifetime, so a twin would meet the same checks; what it gives
+    up is a second draw of the timing noise and of a racy kernel's luck (`REUSABLE`)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[threading.Event, list[EvalResult]]] = OrderedDict()
+
+    def claim(self, key: str) -> tuple[bool, threading.Event, list[EvalResult]]:
+        """(first, done, box): ``first`` when no copy is judged or being judged (the caller judges it and calls
+        `publish`); otherwise wait for ``done``, after which ``box`` holds the verdict, or nothing when it was not
+        `REUSABLE`."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return False, *entry
+            entry = self._entries[key] = (threading.Event(), [])
+            while len(self._entries) > self.capacity:
+                old = next(iter(self._entries))
+                if not self._entries[old][0].is_set():
+                    break  # the oldest is still being judged: the memo is over capacity until it is
+                del self._entries[old]
+            return True, *entry
+
+    def publish(self, key: str, result: EvalResult) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            if result.status in REUSABLE and not result.details.get("batch_deadline"):
+                entry[1].append(result)
+            else:
+                del self._entries[key]  # the next copy is judged afresh
+            entry[0].set()
+
+
 class _Cancelled(Exception):
     """The batch's deadline passed while this candidate waited for a slot, a device or its golden data."""
 
@@ -453,7 +501,7 @@ def _takes_timeout(fn: Any) -> bool:
 
 _PHASE_WORDS = {"queue": "waiting for a free compile slot", "compile": "compiling and loading your program",
                 "golden": "preparing the reference's outputs", "correctness": "running your kernel on the correctness inputs",
-                "timing": "timing your kernel"}
+                "timing": "timing your kernel", "twin": "waiting for the verdict of an identical kernel"}
 
 
 class Sandbox:
@@ -479,6 +527,7 @@ class Sandbox:
         self._golden = _GoldenCache(self.config.max_golden_tasks, self.config.max_golden_bytes,
                                     min_free=(self._root, self.config.min_free_disk_bytes))
         self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
+        self._verdicts = _Verdicts()  # by (task source, candidate source): a twin's verdict is reused
         self._baselines: dict[str, dict[str, float]] = {}  # baseline key -> {name: ms}, first timings (never from disk)
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
@@ -569,14 +618,23 @@ class Sandbox:
 
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
+        key = _resolve.sha256(task_src, src)
+        first, done, box = self._verdicts.claim(key) if self.config.reuse_verdicts else (False, None, [])
+        result = None
         try:
-            with self._golden.pinned(_resolve.sha256(task_src)):
-                result = self._stages(task_src, src, state)
+            if done is not None and not first:
+                result = self._twin(done, box, state)
+            if result is None:
+                with self._golden.pinned(_resolve.sha256(task_src)):
+                    result = self._stages(task_src, src, state)
         except _Cancelled:
             result = state.timeout_result()
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
             result = EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this "
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
+        finally:
+            if first:  # always, so that no twin waits for a verdict that never comes
+                self._verdicts.publish(key, result or EvalResult("runtime_error", "interrupted"))
         if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
             result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it
         try:
@@ -589,6 +647,18 @@ class Sandbox:
             return dataclasses.replace(result, details=details, feedback=feedback.scrub_paths(result.feedback))
         except Exception:  # noqa: BLE001 - never raise out of evaluate_many
             return result
+
+    @staticmethod
+    def _twin(done: threading.Event, box: list[EvalResult], state: "_JobState") -> EvalResult | None:
+        """The verdict of an identical candidate judged first (`_Verdicts`), marked ``details["reused"]``; None when
+        that one's verdict is not reusable, and this candidate is judged itself."""
+        state.enter("twin")
+        while not done.wait(0.5):
+            state.check()
+        if not box:
+            state.enter("queue")
+            return None
+        return dataclasses.replace(box[0], details={**box[0].details, "reused": True})
 
     def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
         t0 = time.monotonic()
