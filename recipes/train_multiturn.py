@@ -219,25 +219,25 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.calibrate import usable_tasks
 
-    # ------------------------------------------------------------------ setup: run directory, model, tasks, sandbox
+    # ------------------------------------------------------------------ setup: run directory, sandbox, model, tasks
     acc = accelerator(bf16=cfg.bf16, project_dir=cfg.output_dir, tracker=cfg.tracker)
     rank, world = acc.process_index, acc.num_processes
     share = trajectory_share(cfg.tasks_per_step, cfg.n_trajectories, rank, world)  # [(task, trajectory)] of a step
     run = RunDir(cfg.output_dir, acc)
     run.claim(fresh=not cfg.resume, overwrite=cfg.overwrite)  # an earlier run here: refused, or --overwrite deletes it
+    device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
+    workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
+    sandbox = Sandbox(device, SandboxConfig(workers=workers, precompiled_header=True, measure_speed=cfg.measure_speed))
     lrn = build_learner(acc, cfg.model, seed=cfg.seed, bf16=cfg.bf16, lora_rank=cfg.lora_rank if cfg.lora else 0,
                         gradient_checkpointing=cfg.gradient_checkpointing, lr=cfg.lr, weight_decay=cfg.weight_decay,
                         warmup_steps=math.ceil(cfg.warmup_ratio * cfg.steps * cfg.n_minibatches),
                         kl_reference=cfg.kl_coef > 0)
     if not (all_tasks := tasks_from_spec(cfg.tasks)):
         raise SystemExit(f"--tasks {cfg.tasks}: no tasks loaded")
-    device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     if not cfg.tasks.startswith("builtin") and cfg.calibrate_tasks:  # one seed everywhere: the same tasks kept
         all_tasks, dropped = usable_tasks(all_tasks, device=device, seed=cfg.seed)
         acc.print(f"calibration: dropped {len(dropped)} task(s) that a fake kernel passes: {dropped[:20]}")
     sampler = BatchSampler(all_tasks, cfg.tasks_per_step, seed=cfg.seed)
-    workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
-    sandbox = Sandbox(device, SandboxConfig(workers=workers, precompiled_header=True, measure_speed=cfg.measure_speed))
     state = dict(model=lrn.net, optimizer=lrn.optimizer, scheduler=lrn.scheduler, sampler=sampler)
     start = run.resume(cfg.resume, **state)
     if not start:
