@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -34,7 +36,7 @@ import traceback
 import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import _golden_run, _judge, _process, _resolve, _scratch, _stop_guard, feedback
 from kevin.sandbox.build import pch as _pch
@@ -381,52 +383,69 @@ class _DevicePool:
 _CANCEL_GRACE_S = 5.0  # after the deadline, how long stopped candidates get to wind down before being reported
 
 
-REUSABLE = ("compile_error", "incorrect", "correct")
-"""The verdicts a byte-identical candidate of the same task gets again (`_Verdicts`): those that follow from the
-source and the run's inputs. Timeouts, runtime errors (out of memory on a shared device among them) and internal
-errors can come from the moment, so a twin of such a candidate is judged afresh."""
+HARNESS_FAULTS = ("internal_error", "golden_error", "batch_deadline")
+"""``details`` keys of verdicts the harness caused (a bug of its own, a reference that failed, the batch's deadline):
+the one kind of verdict a twin does not reuse (`_Verdicts`)."""
+RUN_DETAILS = ("total_seconds", "timeline", "compile_seconds", "run_seconds", "seconds_to_outputs", "forked",
+               "device_name", "phase_seconds")
+"""``details`` keys that describe the judging run itself, left out of a reused verdict (the twin made no such run)."""
+
+
+def _program_key(task_src: str, src: str) -> str:
+    """sha256 of (task source, candidate source); any string hashes (a lone surrogate included)."""
+    h = hashlib.sha256(task_src.encode("utf-8", "surrogatepass"))
+    h.update(b"\0")
+    h.update(src.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class _Entry:
+    """One (task, program)'s verdict: ``done`` is set once it is decided; ``result`` is None if it is not reusable."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: EvalResult | None = None
 
 
 class _Verdicts:
     """The verdicts of a Sandbox's candidates by (task source, candidate source), the ``capacity`` most recent.
 
     A policy samples the same kernel many times (a warm-started or converging one more than half of its kernels in a
-    step): a twin waits for the first copy's verdict instead of compiling, checking and timing it again. The inputs
-    and the baseline are the Sandbox's own for its lifetime, so a twin would meet the same checks; what it gives
-    up is a second draw of the timing noise and of a racy kernel's luck (`REUSABLE`)."""
+    step): a twin waits for the first copy's verdict instead of compiling, checking and timing it again. Whatever that
+    verdict is, it is the twin's too, so reuse cannot favour an outcome: a kernel that is correct one time in two
+    keeps the reward of its first judging, right or wrong, rather than being judged again until it is correct. Only a
+    verdict the harness caused (`HARNESS_FAULTS`, or a judging abandoned at its batch's deadline) is not reused."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[threading.Event, list[EvalResult]]] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
-    def claim(self, key: str) -> tuple[bool, threading.Event, list[EvalResult]]:
-        """(first, done, box): ``first`` when no copy is judged or being judged (the caller judges it and calls
-        `publish`); otherwise wait for ``done``, after which ``box`` holds the verdict, or nothing when it was not
-        `REUSABLE`."""
+    def claim(self, key: str) -> tuple[bool, _Entry]:
+        """(first, entry): ``first`` when no copy is judged or being judged, and the caller judges it and calls
+        `publish` with this entry; otherwise the caller waits for ``entry.done``."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-                return False, *entry
-            entry = self._entries[key] = (threading.Event(), [])
-            while len(self._entries) > self.capacity:
-                old = next(iter(self._entries))
-                if not self._entries[old][0].is_set():
-                    break  # the oldest is still being judged: the memo is over capacity until it is
-                del self._entries[old]
-            return True, *entry
+                return False, entry
+            entry = self._entries[key] = _Entry()
+            if len(self._entries) > self.capacity:  # the oldest decided entries go; those being judged stay
+                for old in [k for k, e in self._entries.items() if e.done.is_set()][:len(self._entries) - self.capacity]:
+                    del self._entries[old]
+            return True, entry
 
-    def publish(self, key: str, result: EvalResult) -> None:
+    def publish(self, key: str, entry: _Entry, result: EvalResult | None) -> None:
+        """Decide ``entry``: ``result`` is kept for later copies, unless it is None or a harness fault; then the entry
+        is dropped and the next copy (a waiting twin among them) claims the program again. Idempotent."""
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
+            if entry.done.is_set():
                 return
-            if result.status in REUSABLE and not result.details.get("batch_deadline"):
-                entry[1].append(result)
-            else:
-                del self._entries[key]  # the next copy is judged afresh
-            entry[0].set()
+            if result is not None and not any(k in result.details for k in HARNESS_FAULTS):
+                entry.result = result
+            elif self._entries.get(key) is entry:
+                del self._entries[key]
+            entry.done.set()
 
 
 class _Cancelled(Exception):
@@ -441,6 +460,7 @@ class _JobState:
         self.deadline = deadline
         self.cancelled = threading.Event()
         self.run: Any = None
+        self.on_cancel: Callable[[], None] | None = None
         self.phase = "queue"
         self._since = time.monotonic()
         self.seconds: dict[str, float] = {}
@@ -461,6 +481,8 @@ class _JobState:
 
     def cancel(self) -> None:
         self.cancelled.set()
+        if self.on_cancel is not None:  # a program this job was judging first: its twins judge it themselves
+            self.on_cancel()
         run = self.run
         if run is not None:
             run.worker.kill()
@@ -501,7 +523,7 @@ def _takes_timeout(fn: Any) -> bool:
 
 _PHASE_WORDS = {"queue": "waiting for a free compile slot", "compile": "compiling and loading your program",
                 "golden": "preparing the reference's outputs", "correctness": "running your kernel on the correctness inputs",
-                "timing": "timing your kernel", "twin": "waiting for the verdict of an identical kernel"}
+                "timing": "timing your kernel", "twin": "waiting to be judged"}
 
 
 class Sandbox:
@@ -618,23 +640,27 @@ class Sandbox:
 
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
-        key = _resolve.sha256(task_src, src)
-        first, done, box = self._verdicts.claim(key) if self.config.reuse_verdicts else (False, None, [])
-        result = None
+        key, owned = "", None  # owned: the entry of a program this job judges first, its verdict for the twins
         try:
-            if done is not None and not first:
-                result = self._twin(done, box, state)
-            if result is None:
-                with self._golden.pinned(_resolve.sha256(task_src)):
-                    result = self._stages(task_src, src, state)
+            while self.config.reuse_verdicts and owned is None:  # a program judged (or in judging) for this task
+                key = key or _program_key(task_src, src)
+                first, entry = self._verdicts.claim(key)
+                if first:
+                    owned = entry
+                    state.on_cancel = functools.partial(self._verdicts.publish, key, entry, None)
+                elif (reused := self._twin(entry, state)) is not None:
+                    return reused  # else that judging was abandoned or failed in the harness: claim it again
+            with self._golden.pinned(_resolve.sha256(task_src)):
+                result = self._stages(task_src, src, state)
         except _Cancelled:
             result = state.timeout_result()
         except Exception:  # noqa: BLE001 - a harness bug must not kill the caller's training run
             result = EvalResult("runtime_error", "Runtime error: the sandbox failed internally while evaluating this "
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
-        finally:
-            if first:  # always, so that no twin waits for a verdict that never comes
-                self._verdicts.publish(key, result or EvalResult("runtime_error", "interrupted"))
+        except BaseException:  # an interrupt: no twin waits for this verdict forever
+            if owned is not None:
+                self._verdicts.publish(key, owned, None)
+            raise
         if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
             result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it
         try:
@@ -644,21 +670,27 @@ class Sandbox:
             details = feedback.scrub_paths(details)
             if internal is not None:
                 details["internal_error"] = internal
-            return dataclasses.replace(result, details=details, feedback=feedback.scrub_paths(result.feedback))
+            result = dataclasses.replace(result, details=details, feedback=feedback.scrub_paths(result.feedback))
         except Exception:  # noqa: BLE001 - never raise out of evaluate_many
-            return result
+            pass
+        if owned is not None:  # after the deadline's override: a verdict cut short is never handed on
+            self._verdicts.publish(key, owned, None if state.cancelled.is_set() else result)
+        return result
 
     @staticmethod
-    def _twin(done: threading.Event, box: list[EvalResult], state: "_JobState") -> EvalResult | None:
-        """The verdict of an identical candidate judged first (`_Verdicts`), marked ``details["reused"]``; None when
-        that one's verdict is not reusable, and this candidate is judged itself."""
+    def _twin(entry: _Entry, state: "_JobState") -> EvalResult | None:
+        """The verdict of an identical candidate judged first (`_Verdicts`), marked ``details["reused"]`` and without
+        the details of its judging run (`RUN_DETAILS`); None when it is not to be reused (the caller judges it)."""
         state.enter("twin")
-        while not done.wait(0.5):
+        while not entry.done.wait(0.5):
             state.check()
-        if not box:
-            state.enter("queue")
+        state.enter("queue")
+        if entry.result is None:
             return None
-        return dataclasses.replace(box[0], details={**box[0].details, "reused": True})
+        first = entry.result
+        details = {k: v for k, v in first.details.items() if k not in RUN_DETAILS}
+        details.update(reused=True, phase_seconds=state.phase_seconds())
+        return dataclasses.replace(first, details=details, baselines_ms=dict(first.baselines_ms))
 
     def _stages(self, task_src: str, src: str, state: "_JobState") -> EvalResult:
         t0 = time.monotonic()
