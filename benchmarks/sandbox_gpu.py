@@ -250,7 +250,8 @@ def main() -> None:
     for label, n, workers in (("many_workers", args.n_many, args.workers), ("one_worker", args.n_single, 1)):
         if label.split("_")[0] not in phases:
             continue
-        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover, reuse_verdicts=False,
+        sb = Sandbox("cuda", SandboxConfig(workers=workers, n_warmup=5, n_trials=100, timing_budget_s=10.0, prefork=prefork, **cover,
+                                           reuse_verdicts=False,
                                            parallel_checks=args.parallel_checks == "on",
                                            light_prelude=args.light_prelude == "on"))
         stamp = f"{label}-{time.time_ns()}"

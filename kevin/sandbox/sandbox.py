@@ -430,8 +430,8 @@ class _Verdicts:
                 self._entries.move_to_end(key)
                 return False, entry
             entry = self._entries[key] = _Entry()
-            if len(self._entries) > self.capacity:  # the oldest decided entries go; those being judged stay
-                for old in [k for k, e in self._entries.items() if e.done.is_set()][:len(self._entries) - self.capacity]:
+            if (excess := len(self._entries) - self.capacity) > 0:  # the oldest decided go; those in judging stay
+                for old in [k for k, e in self._entries.items() if e.done.is_set()][:excess]:
                     del self._entries[old]
             return True, entry
 
