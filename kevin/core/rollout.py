@@ -298,6 +298,8 @@ def rollout(
                          "wrong kind (leave backend unset to follow the sandbox)")
     if not tasks:
         return []
+    if callable(forget := getattr(sandbox, "forget_verdicts", None)):
+        forget()  # kevin's Sandbox reuses a verdict within one rollout only, whose policy is fixed
     slots = [(b, g) for b in range(len(tasks)) for g in range(n_trajectories)]  # task-major, [B*G]
     history: list[list[Turn]] = [[] for _ in slots]
     pruned: list[list[tuple[int, Turn]]] = [[] for _ in slots]

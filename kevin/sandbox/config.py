@@ -116,10 +116,11 @@ class SandboxConfig:
     reference runs, the parent's comparisons); each may hold gigabytes (the NaN-filled allocator cache, its input
     sets at KernelBench sizes), and dozens at once ran a 141 GB GPU out of memory. None = no limit"""
     reuse_verdicts: bool = True
-    """a candidate byte-identical to one this Sandbox has judged for the same task gets that verdict again, whatever it
-    was (marked ``details["reused"]``; a copy that arrives meanwhile waits for it): policies repeat kernels often, and a
-    repeat costs a compile, a correctness run and a timing. Verdicts the harness caused are not reused. False = every
-    candidate is judged afresh (to measure the sandbox's own repeatability)"""
+    """a candidate byte-identical to one judged for the same task since the last `Sandbox.forget_verdicts` (each
+    rollout calls it) gets that verdict again, whatever it was (marked ``details["reused"]``; a copy that arrives
+    meanwhile waits for it): policies repeat kernels often, and a repeat costs a compile, a correctness run and a
+    timing (docs/threat-model.md, "Reused verdicts"). False = every candidate is judged afresh (to measure the
+    sandbox's own repeatability)"""
     cache_dir: str | None = None
     """compiled extensions (and baseline timings, written as a record, never read back); None = `default_cache_dir()`"""
     seed: int | None = None

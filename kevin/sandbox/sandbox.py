@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -384,10 +383,10 @@ _CANCEL_GRACE_S = 5.0  # after the deadline, how long stopped candidates get to 
 
 
 HARNESS_FAULTS = ("internal_error", "golden_error", "batch_deadline")
-"""``details`` keys of verdicts the harness caused (a bug of its own, a reference that failed, the batch's deadline):
-the one kind of verdict a twin does not reuse (`_Verdicts`)."""
+"""``details`` keys of verdicts the harness may have caused (a bug of its own, a reference that failed, the batch's
+deadline): the first such verdict of a program is not reused, the next is (`_Verdicts`)."""
 RUN_DETAILS = ("total_seconds", "timeline", "compile_seconds", "run_seconds", "seconds_to_outputs", "forked",
-               "device_name", "phase_seconds")
+               "phase_seconds")
 """``details`` keys that describe the judging run itself, left out of a reused verdict (the twin made no such run)."""
 
 
@@ -400,7 +399,7 @@ def _program_key(task_src: str, src: str) -> str:
 
 
 class _Entry:
-    """One (task, program)'s verdict: ``done`` is set once it is decided; ``result`` is None if it is not reusable."""
+    """One (task, program)'s verdict: ``done`` is set once it is decided; ``result`` is None when it was dropped."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -408,18 +407,22 @@ class _Entry:
 
 
 class _Verdicts:
-    """The verdicts of a Sandbox's candidates by (task source, candidate source), the ``capacity`` most recent.
+    """The verdicts of a Sandbox's candidates by (task source, candidate source), the ``capacity`` most recent, until
+    `Sandbox.forget_verdicts` (`kevin.core.rollout.rollout` calls it at its start: one rollout's policy is fixed).
 
     A policy samples the same kernel many times (a warm-started or converging one more than half of its kernels in a
     step): a twin waits for the first copy's verdict instead of compiling, checking and timing it again. Whatever that
     verdict is, it is the twin's too, so reuse cannot favour an outcome: a kernel that is correct one time in two
-    keeps the reward of its first judging, right or wrong, rather than being judged again until it is correct. Only a
-    verdict the harness caused (`HARNESS_FAULTS`, or a judging abandoned at its batch's deadline) is not reused."""
+    keeps the reward of its first judging, right or wrong, rather than being judged again until it is correct. A
+    program's first verdict with a `HARNESS_FAULTS` key is dropped and it is judged again once; its next verdict is
+    kept whatever it is. Verdicts last one rollout, not the run: a draw kept across updates would let the policy learn
+    which of its near-identical programs drew well (docs/threat-model.md, "Reused verdicts")."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._dropped: set[str] = set()  # programs whose verdict was dropped once already
 
     def claim(self, key: str) -> tuple[bool, _Entry]:
         """(first, entry): ``first`` when no copy is judged or being judged, and the caller judges it and calls
@@ -435,16 +438,18 @@ class _Verdicts:
                     del self._entries[old]
             return True, entry
 
-    def publish(self, key: str, entry: _Entry, result: EvalResult | None) -> None:
-        """Decide ``entry``: ``result`` is kept for later copies, unless it is None or a harness fault; then the entry
-        is dropped and the next copy (a waiting twin among them) claims the program again. Idempotent."""
+    def publish(self, key: str, entry: _Entry, result: EvalResult) -> None:
+        """Decide ``entry``: ``result`` is kept for later copies, unless it is the program's first with a
+        `HARNESS_FAULTS` key; then the entry is dropped and a later copy claims the program again. Idempotent."""
         with self._lock:
             if entry.done.is_set():
                 return
-            if result is not None and not any(k in result.details for k in HARNESS_FAULTS):
+            if key in self._dropped or not any(k in result.details for k in HARNESS_FAULTS):
                 entry.result = result
-            elif self._entries.get(key) is entry:
-                del self._entries[key]
+            else:
+                self._dropped.add(key)
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
             entry.done.set()
 
 
@@ -640,16 +645,16 @@ class Sandbox:
 
     def _pipeline(self, task_src: str, src: str, state: "_JobState | None" = None) -> EvalResult:
         state = state or _JobState(float("inf"))
-        key, owned = "", None  # owned: the entry of a program this job judges first, its verdict for the twins
+        key, owned, memo = "", None, self._verdicts  # owned: the entry of a program this job judges first
         try:
-            while self.config.reuse_verdicts and owned is None:  # a program judged (or in judging) for this task
-                key = key or _program_key(task_src, src)
-                first, entry = self._verdicts.claim(key)
+            if self.config.reuse_verdicts:  # a program judged (or in judging) for this task in this rollout
+                key = _program_key(task_src, src)
+                first, entry = memo.claim(key)
                 if first:
                     owned = entry
-                    state.on_cancel = functools.partial(self._verdicts.publish, key, entry, None)
+                    state.on_cancel = lambda: memo.publish(key, entry, state.timeout_result())
                 elif (reused := self._twin(entry, state)) is not None:
-                    return reused  # else that judging was abandoned or failed in the harness: claim it again
+                    return reused  # else the first copy's verdict was dropped: this copy is judged itself
             with self._golden.pinned(_resolve.sha256(task_src)):
                 result = self._stages(task_src, src, state)
         except _Cancelled:
@@ -659,7 +664,7 @@ class Sandbox:
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
         except BaseException:  # an interrupt: no twin waits for this verdict forever
             if owned is not None:
-                self._verdicts.publish(key, owned, None)
+                memo.publish(key, owned, EvalResult("runtime_error", "interrupted", details={"internal_error": "x"}))
             raise
         if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
             result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it
@@ -673,9 +678,13 @@ class Sandbox:
             result = dataclasses.replace(result, details=details, feedback=feedback.scrub_paths(result.feedback))
         except Exception:  # noqa: BLE001 - never raise out of evaluate_many
             pass
-        if owned is not None:  # after the deadline's override: a verdict cut short is never handed on
-            self._verdicts.publish(key, owned, None if state.cancelled.is_set() else result)
+        if owned is not None:  # after the deadline's override (a judging cancelled meanwhile was decided by cancel())
+            memo.publish(key, owned, result)
         return result
+
+    def forget_verdicts(self) -> None:
+        """Judge every program afresh from now on (`_Verdicts`): called at the start of each rollout."""
+        self._verdicts = _Verdicts()
 
     @staticmethod
     def _twin(entry: _Entry, state: "_JobState") -> EvalResult | None:
@@ -684,6 +693,7 @@ class Sandbox:
         state.enter("twin")
         while not entry.done.wait(0.5):
             state.check()
+        state.check()  # decided just as this copy's own deadline passed: a timeout, as for any other copy
         state.enter("queue")
         if entry.result is None:
             return None

@@ -744,3 +744,17 @@ def test_busy_shares_sum_to_the_union_of_the_intervals():
     shares = busy_shares([(0.0, 3.0), (1.0, 3.0), (2.0, 4.0), (6.0, 7.0)])
     assert shares == pytest.approx([1 + 0.5 + 1 / 3, 0.5 + 1 / 3, 1 / 3 + 1, 1.0])
     assert sum(shares) == pytest.approx(4.0 + 1.0)  # the union: [0, 4] and [6, 7]
+
+
+def test_a_rollout_starts_by_making_a_reusing_sandbox_forget_its_verdicts():
+    class ForgetfulSandbox(VerdictSandbox):
+        forgotten = 0
+
+        def forget_verdicts(self):
+            self.forgotten += 1
+
+    sandbox = ForgetfulSandbox(_incorrect)
+    for _ in range(2):
+        rollout(ScriptedPolicy([response("a", CODE.format(i=0), "s")] * 2), _tasks(1), sandbox, n_trajectories=1,
+                n_turns=2, backend="cpu", progress=False)
+    assert sandbox.forgotten == 2  # one rollout's policy is fixed: a verdict is reused within it, never across

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from kevin.sandbox import EvalResult, Sandbox, SandboxConfig
-from kevin.sandbox.sandbox import _Cancelled, _Entry, _JobState, _Verdicts
+from kevin.sandbox.sandbox import _Cancelled, _Entry, _JobState, _program_key, _Verdicts
 from sandbox_cases import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
 
 CORRECT = EvalResult("correct", "Correct; speedup 2.00x.", runtime_ms=0.5, baseline_ms=1.0,
@@ -39,7 +39,7 @@ def test_every_verdict_of_the_program_is_reused_not_only_favourable_ones(status)
 
 
 @pytest.mark.parametrize("fault", ["internal_error", "golden_error", "batch_deadline"])
-def test_a_verdict_the_harness_caused_is_not_reused(fault):
+def test_a_programs_first_verdict_the_harness_may_have_caused_is_dropped(fault):
     memo = _Verdicts()
     _, mine = memo.claim("k")
     _, theirs = memo.claim("k")
@@ -48,12 +48,21 @@ def test_a_verdict_the_harness_caused_is_not_reused(fault):
     assert memo.claim("k")[0]  # and the next copy claims the program again
 
 
+def test_a_programs_second_harness_fault_is_kept_so_faults_are_no_endless_redraw():
+    memo = _Verdicts()
+    for _ in range(2):
+        _, mine = memo.claim("k")
+        memo.publish("k", mine, EvalResult("timeout", "x", details={"batch_deadline": True}))
+    first, entry = memo.claim("k")
+    assert not first and entry.result.status == "timeout"
+
+
 def test_publishing_twice_keeps_the_first_decision():
     memo = _Verdicts()
     _, mine = memo.claim("k")
-    memo.publish("k", mine, None)  # abandoned at the deadline
-    memo.publish("k", mine, CORRECT)  # the abandoned judging returns later
-    assert mine.result is None and memo.claim("k")[0]
+    memo.publish("k", mine, CORRECT)
+    memo.publish("k", mine, EvalResult("incorrect", "x"))  # e.g. a judging cancelled and then returning
+    assert mine.result is CORRECT
 
 
 def test_past_capacity_the_least_recently_used_decided_program_is_forgotten():
@@ -126,6 +135,37 @@ def test_the_same_program_for_another_task_is_judged_again(stub):
     stub.verdicts = [CORRECT, EvalResult("incorrect", "wrong")]
     assert stub.evaluate(RELU_TASK, "same").status == "correct"
     assert stub.evaluate(LINEAR_RELU_TASK, "same").status == "incorrect"
+
+
+def test_after_forget_verdicts_a_program_is_judged_again(stub):
+    stub.verdicts = [CORRECT, EvalResult("incorrect", "wrong")]
+    stub.evaluate(RELU_TASK, "k")
+    stub.forget_verdicts()
+    assert stub.evaluate(RELU_TASK, "k").status == "incorrect" and len(stub.calls) == 2
+
+
+def test_a_timeout_at_the_batch_deadline_is_published_as_one(stub):
+    stub.verdicts = [EvalResult("timeout", "too slow")]  # the candidate's own limit, but past the batch's deadline
+    stub._pipeline(RELU_TASK.source_for("cpu"), "k", _JobState(time.monotonic() - 0.01))
+    assert stub._verdicts.claim(_program_key(RELU_TASK.source_for("cpu"), "k"))[0]  # dropped, not kept
+
+
+def test_a_judging_abandoned_at_its_deadline_frees_its_twins_at_once(stub):
+    release = threading.Event()
+    stub._stages = lambda task_src, src, state: (release.wait(20) if not stub.calls.append(src) and
+                                                 len(stub.calls) == 1 else None) or CORRECT
+    assert stub.evaluate_many([(RELU_TASK, "k")], deadline_s=0.5)[0].status == "timeout"
+    t = time.monotonic()
+    later = stub.evaluate(RELU_TASK, "k")  # its first copy's thread is still blocked
+    release.set()
+    assert later.status == "correct" and time.monotonic() - t < 5
+
+
+def test_a_second_harness_fault_of_a_program_is_handed_on(stub):
+    stub.verdicts = [RuntimeError("harness bug"), RuntimeError("harness bug"), CORRECT]
+    [stub.evaluate(RELU_TASK, "k") for _ in range(2)]
+    third = stub.evaluate(RELU_TASK, "k")
+    assert "internal_error" in third.details and third.details.get("reused") and len(stub.calls) == 2
 
 
 def test_a_twin_of_a_judging_that_failed_in_the_harness_is_judged_itself(stub):
