@@ -89,8 +89,9 @@ def validate_task_source(source: str, task_id: str = "") -> None:
 
 
 def sha256(*parts: str) -> str:
+    """Hex sha256 of the parts, each ended by a NUL; any string hashes (a candidate's lone surrogate included)."""
     h = hashlib.sha256()
     for p in parts:
-        h.update(p.encode())
+        h.update(p.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     return h.hexdigest()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -390,14 +389,6 @@ RUN_DETAILS = ("total_seconds", "timeline", "compile_seconds", "run_seconds", "s
 """``details`` keys that describe the judging run itself, left out of a reused verdict (the twin made no such run)."""
 
 
-def _program_key(task_src: str, src: str) -> str:
-    """sha256 of (task source, candidate source); any string hashes (a lone surrogate included)."""
-    h = hashlib.sha256(task_src.encode("utf-8", "surrogatepass"))
-    h.update(b"\0")
-    h.update(src.encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
-
-
 class _Entry:
     """One (task, program)'s verdict: ``done`` is set once it is decided; ``result`` is None when it was dropped."""
 
@@ -648,7 +639,7 @@ class Sandbox:
         key, owned, memo = "", None, self._verdicts  # owned: the entry of a program this job judges first
         try:
             if self.config.reuse_verdicts:  # a program judged (or in judging) for this task in this rollout
-                key = _program_key(task_src, src)
+                key = _resolve.sha256(task_src, src)
                 first, entry = memo.claim(key)
                 if first:
                     owned = entry
@@ -664,7 +655,8 @@ class Sandbox:
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
         except BaseException:  # an interrupt: no twin waits for this verdict forever
             if owned is not None:
-                memo.publish(key, owned, EvalResult("runtime_error", "interrupted", details={"internal_error": "x"}))
+                interrupted = EvalResult("runtime_error", "interrupted", details={"internal_error": "interrupted"})
+                memo.publish(key, owned, interrupted)
             raise
         if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
             result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it

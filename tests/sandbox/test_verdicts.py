@@ -6,7 +6,8 @@ import time
 import pytest
 
 from kevin.sandbox import EvalResult, Sandbox, SandboxConfig
-from kevin.sandbox.sandbox import _Cancelled, _Entry, _JobState, _program_key, _Verdicts
+from kevin.sandbox import _resolve
+from kevin.sandbox.sandbox import _Cancelled, _Entry, _JobState, _Verdicts
 from sandbox_cases import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
 
 CORRECT = EvalResult("correct", "Correct; speedup 2.00x.", runtime_ms=0.5, baseline_ms=1.0,
@@ -144,16 +145,22 @@ def test_after_forget_verdicts_a_program_is_judged_again(stub):
     assert stub.evaluate(RELU_TASK, "k").status == "incorrect" and len(stub.calls) == 2
 
 
-def test_a_timeout_at_the_batch_deadline_is_published_as_one(stub):
+def test_a_timeout_past_the_batch_deadline_is_not_handed_on(stub):
     stub.verdicts = [EvalResult("timeout", "too slow")]  # the candidate's own limit, but past the batch's deadline
     stub._pipeline(RELU_TASK.source_for("cpu"), "k", _JobState(time.monotonic() - 0.01))
-    assert stub._verdicts.claim(_program_key(RELU_TASK.source_for("cpu"), "k"))[0]  # dropped, not kept
+    assert stub._verdicts.claim(_resolve.sha256(RELU_TASK.source_for("cpu"), "k"))[0]  # dropped, not kept
 
 
 def test_a_judging_abandoned_at_its_deadline_frees_its_twins_at_once(stub):
     release = threading.Event()
-    stub._stages = lambda task_src, src, state: (release.wait(20) if not stub.calls.append(src) and
-                                                 len(stub.calls) == 1 else None) or CORRECT
+
+    def stages(task_src, src, state):
+        stub.calls.append(src)
+        if len(stub.calls) == 1:  # the first judging blocks past its batch's deadline
+            release.wait(20)
+        return CORRECT
+
+    stub._stages = stages
     assert stub.evaluate_many([(RELU_TASK, "k")], deadline_s=0.5)[0].status == "timeout"
     t = time.monotonic()
     later = stub.evaluate(RELU_TASK, "k")  # its first copy's thread is still blocked
