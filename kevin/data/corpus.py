@@ -112,7 +112,9 @@ class Mix:
     weight to the others of its group (correct or flawed), so the correct share stays as set.
     ``refinement_share``: the share of all examples that are refinements (turn 2).
     ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer
-    is the fast version); the rest fix a flawed attempt.
+    is the fast version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer
+    submits it again: a policy that has only seen broken or slow attempts in its prompt rewrites a good one into a
+    broken one); the rest fix a flawed attempt.
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
@@ -121,6 +123,7 @@ class Mix:
     })
     refinement_share: float = 0.3
     refinement_speedup: float = 0.2
+    refinement_keep: float = 0.2
 
     def __post_init__(self) -> None:
         unknown = set(self.first_turn) - set(KINDS)
@@ -130,6 +133,8 @@ class Mix:
             raise ValueError("Mix.first_turn weights must be >= 0 with a positive sum")
         if not 0 <= self.refinement_share <= 1 or not 0 <= self.refinement_speedup <= 1:
             raise ValueError("Mix.refinement_share and Mix.refinement_speedup must be in [0, 1]")
+        if not 0 <= self.refinement_keep <= 1 - self.refinement_speedup:
+            raise ValueError("Mix.refinement_keep must be in [0, 1 - refinement_speedup]")
 
     @property
     def correct_share(self) -> float:
@@ -3790,6 +3795,16 @@ def _speed_feedback(answer: Answer) -> tuple[str, float]:
             f"a speedup of {speedup:.2f}x."), speedup
 
 
+def _keep_feedback(answer: Answer) -> tuple[str, float]:
+    """Feedback for a correct attempt that already beats the reference: an illustrative speedup, log-uniform in
+    [1.1, 150] (the CPU sandbox's speedups of the fast programs span that), in the sandbox's wording."""
+    h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:keep".encode()).digest()[:4], "little")
+    baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
+    speedup = 1.1 * (150 / 1.1) ** (((h >> 10) % 1000) / 999)
+    return (f"Correct. Your kernel took {baseline / speedup:.4g} ms against {baseline:.4g} ms for the PyTorch "
+            f"reference: a speedup of {speedup:.2f}x."), speedup
+
+
 def _fix_thought(plan: _Plan, answer: Answer, fixed: Answer, feedback: str, backend: str) -> tuple[str, str]:
     """(thought, summary) of the answer that fixes ``answer`` after ``feedback``."""
     d = answer.detail
@@ -3832,8 +3847,9 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
     """Second-turn examples for ``task``: the prompt shows one earlier attempt with its feedback, the answer
     improves on it.
 
-    One example per flawed answer (its fix: the correct program of the same variant) and one for the slow
-    answer (feedback "Correct ... speedup 0.xx", answer: the fast program). The prompt is
+    One example per flawed answer (its fix: the correct program of the same variant), one for the slow answer
+    (feedback "Correct ... speedup 0.xx", answer: the fast program) and one for the fast answer (feedback
+    "Correct ... speedup above 1", answer: the same program again, kind ``keep``). The prompt is
     ``build_messages(task, [Attempt(code, summary, feedback)], backend=backend)``; feedback is worded like the
     sandbox's (format errors are the real `check_format` messages; counts and errors of incorrect answers come
     from the reference at the CPU sizes; the times of a slow attempt are illustrative). ``answers``:
@@ -3866,6 +3882,14 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
         text = _response(thought, fast.code, fast.summary)
         msgs = build_messages(task, [Attempt(slow.code, slow.summary, feedback)], backend=backend)
         out.append(Example(msgs, text, "speedup", "correct", task.task_id, backend, 2))
+    if "fast" in by_kind:
+        fast = by_kind["fast"]
+        feedback, speedup = _keep_feedback(fast)
+        thought = (f"Correct, and {speedup:.2f}x the reference: this is already the structure I would choose, so I "
+                   f"keep it. {_thought(plan, plan.stages, 'fast', backend)}")
+        text = _response(thought, fast.code, fast.summary)
+        msgs = build_messages(task, [Attempt(fast.code, fast.summary, feedback)], backend=backend)
+        out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2))
     return out
 
 
@@ -3877,8 +3901,8 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     ``round(N * mix.correct_share)`` of the N first turns are correct, the kinds within each group drawn by
     the weights of ``mix.first_turn`` among the kinds the task has (a task's answers are used before any
     repeats). Refinements: ``round(N * share / (1 - share))`` of them (``share = mix.refinement_share``),
-    ``mix.refinement_speedup`` of those slow-to-fast, the rest fixes of flawed attempts; tasks taken in a
-    shuffled round robin. The result is shuffled.
+    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept, the rest
+    fixes of flawed attempts; tasks taken in a shuffled round robin. The result is shuffled.
 
     >>> from kevin.data.builtin import builtin_tasks
     >>> ex = build_corpus(builtin_tasks(names=["ReLU", "Gemm_ReLU_Divide"]), "cpu", seed=0)
@@ -3915,11 +3939,12 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     share = mix.refinement_share
     n_ref = round(n_first * share / (1 - share)) if share < 1 else n_first
     n_speed = round(n_ref * mix.refinement_speedup)
+    n_keep = round(n_ref * mix.refinement_keep)
     order = list(range(len(pool)))
     rng.shuffle(order)
     refinements: dict[int, list[Example]] = {}
     made = 0
-    speed_made = 0
+    made_of = {"speedup": 0, "keep": 0}
     turn = 0
     while made < n_ref and turn < 4 * n_ref + len(pool):
         idx = order[turn % len(order)]
@@ -3928,13 +3953,13 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
         if idx not in refinements:
             refinements[idx] = refinement_examples(task, backend, answers)
         options = refinements[idx]
-        want_speed = speed_made < n_speed
-        group = [e for e in options if (e.kind == "speedup") == want_speed]
+        want = ("speedup" if made_of["speedup"] < n_speed else "keep" if made_of["keep"] < n_keep else "fix")
+        group = [e for e in options if (e.kind if e.kind in made_of else "fix") == want]
         if not group:
             continue
-        if want_speed:
+        if want in made_of:
             pick = group[0]
-            speed_made += 1
+            made_of[want] += 1
         else:
             weights = [mix.first_turn.get(e.kind[len("fix_"):], 0.0) or 1e-6 for e in group]
             pick = rng.choices(group, weights=weights)[0]

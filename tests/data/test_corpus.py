@@ -183,9 +183,10 @@ def test_the_first_turns_are_well_below_perfect_and_the_refinements_mostly_fix()
     assert correct == pytest.approx(mix.correct_share, abs=0.01)  # 0.45
     assert 0.33 <= correct <= 0.5
     assert len(refine) / len(examples) == pytest.approx(mix.refinement_share, abs=0.01)
-    assert all(e.expected == "correct" for e in refine)  # a fix, or the fast version of a slow attempt
+    assert all(e.expected == "correct" for e in refine)  # a fix, the fast version of a slow attempt, or kept
     fixes = sum(e.kind.startswith("fix_") for e in refine) / len(refine)
-    assert fixes == pytest.approx(1 - mix.refinement_speedup, abs=0.02)
+    assert fixes == pytest.approx(1 - mix.refinement_speedup - mix.refinement_keep, abs=0.02)  # 1 - 0.2 - 0.2
+    assert sum(e.kind == "keep" for e in refine) / len(refine) == pytest.approx(mix.refinement_keep, abs=0.02)
     flawed_kinds = {e.kind for e in first if e.expected != "correct"}
     assert flawed_kinds == set(FLAWED_KINDS)
 
@@ -205,13 +206,14 @@ def test_first_turn_prompts_carry_the_worked_example_and_refinements_the_attempt
         assert ("Here is an example" in msg["content"]) == (e.turn == 1)
         assert ("Here are your previous attempts:" in msg["content"]) == (e.turn == 2)
     refs = corpus.refinement_examples(task, "cpu")
-    assert {e.kind for e in refs} == {"fix_" + k for k in FLAWED_KINDS} | {"speedup"}
+    assert {e.kind for e in refs} == {"fix_" + k for k in FLAWED_KINDS} | {"speedup", "keep"}
     answers = {a.kind: a for a in corpus.kernel_answers(task, "cpu")}
+    attempts = {"speedup": answers["slow"], "keep": answers["fast"]}
     for e in refs:
         prompt = e.messages[0]["content"]
-        attempt = answers[e.kind[len("fix_"):]] if e.kind.startswith("fix_") else answers["slow"]
+        attempt = answers[e.kind[len("fix_"):]] if e.kind.startswith("fix_") else attempts[e.kind]
         assert attempt.code.strip() in prompt  # the earlier kernel is shown ...
-        assert parse_response(e.answer).code != attempt.code  # ... and the answer is a different program
+        assert (parse_response(e.answer).code == attempt.code) == (e.kind == "keep")  # ... and changed unless kept
         assert parse_response(e.answer).code in (answers["slow"].code, answers["fast"].code)
     feedback = {e.kind: e.messages[0]["content"].split("Feedback:\n", 1)[1] for e in refs}
     assert feedback["fix_format_error"].startswith("Format error: your program was rejected before compiling.\n- ")
@@ -220,6 +222,14 @@ def test_first_turn_prompts_carry_the_worked_example_and_refinements_the_attempt
     assert re.match(r"Incorrect: input set 0 \(task\): output differs from the reference in [1-9]\d* of \d+",
                     feedback["fix_missing_op"])
     assert re.match(r"Correct\. Your kernel took [\d.]+ ms against [\d.]+ ms .* a speedup of 0\.\d\dx\.", feedback["speedup"])
+    kept = re.match(r"Correct\. Your kernel took [\d.]+ ms against [\d.]+ ms .* a speedup of (\d+\.\d\d)x\.", feedback["keep"])
+    assert kept and 1.1 <= float(kept.group(1)) <= 150  # a kept attempt already beats the reference
+
+
+def test_a_kept_attempt_cannot_outnumber_the_refinements():
+    # speedup 0.5 + keep 0.6 = 1.1 of the refinements: no room for it
+    with pytest.raises(ValueError, match="refinement_keep"):
+        Mix(refinement_speedup=0.5, refinement_keep=0.6)
 
 
 def test_a_missing_operator_changes_the_reference_output_and_every_refinement_answers_with_a_correct_program():

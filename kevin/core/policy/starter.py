@@ -192,7 +192,7 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
         weights = {k: w * (cfg.correct_share / correct if k in CORRECT_KINDS else (1 - cfg.correct_share) / flawed)
                    for k, w in base.first_turn.items()}
         mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share,
-                  refinement_speedup=base.refinement_speedup)
+                  refinement_speedup=base.refinement_speedup, refinement_keep=base.refinement_keep)
         _CORPUS_CACHE[key] = build_corpus(starter_tasks(cfg), cfg.backend, seed=cfg.seed, mix=mix, per_task=cfg.per_task)
     return _CORPUS_CACHE[key]
 
