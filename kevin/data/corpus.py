@@ -3784,25 +3784,25 @@ def _feedback(plan: _Plan, answer: Answer, backend: str) -> str:
     raise ValueError(f"no feedback for a {answer.kind} answer")
 
 
-def _speed_feedback(answer: Answer) -> tuple[str, float]:
+def _speed_feedback(answer: Answer) -> str:
     """Feedback for a correct but slow first attempt. The times are illustrative (no measurement is made
-    here), in the sandbox's wording; returns (feedback, speedup)."""
+    here), in the sandbox's wording."""
     h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:speed".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
     speedup = 0.08 + ((h >> 10) % 600) / 1000.0
     runtime = baseline / speedup
     return (f"Correct. Your kernel took {runtime:.4g} ms against {baseline:.4g} ms for the PyTorch reference: "
-            f"a speedup of {speedup:.2f}x."), speedup
+            f"a speedup of {speedup:.2f}x.")
 
 
-def _keep_feedback(answer: Answer) -> tuple[str, float]:
+def _keep_feedback(answer: Answer) -> str:
     """Feedback for a correct attempt that already beats the reference: an illustrative speedup, log-uniform in
     [1.1, 150] (the CPU sandbox's speedups of the fast programs span that), in the sandbox's wording."""
     h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:keep".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
     speedup = 1.1 * (150 / 1.1) ** (((h >> 10) % 1000) / 999)
     return (f"Correct. Your kernel took {baseline / speedup:.4g} ms against {baseline:.4g} ms for the PyTorch "
-            f"reference: a speedup of {speedup:.2f}x."), speedup
+            f"reference: a speedup of {speedup:.2f}x.")
 
 
 def _fix_thought(plan: _Plan, answer: Answer, fixed: Answer, feedback: str, backend: str) -> tuple[str, str]:
@@ -3852,8 +3852,9 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
     "Correct ... speedup above 1", answer: the same program again, kind ``keep``). The prompt is
     ``build_messages(task, [Attempt(code, summary, feedback)], backend=backend)``; feedback is worded like the
     sandbox's (format errors are the real `check_format` messages; counts and errors of incorrect answers come
-    from the reference at the CPU sizes; the times of a slow attempt are illustrative). ``answers``:
-    `kernel_answers(task, backend)` when None.
+    from the reference at the CPU sizes; the times of a correct attempt are illustrative). The thoughts never
+    restate the feedback's numbers: a small starter that copies digits from its prompt repeats them ("24.7777...")
+    until the response ends inside the thought. ``answers``: `kernel_answers(task, backend)` when None.
     """
     if answers is None:
         answers = kernel_answers(task, backend)
@@ -3874,9 +3875,9 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
             out.append(Example(msgs, text, f"fix_{a.kind}", fixed.expected, task.task_id, backend, 2))
     if "slow" in by_kind and "fast" in by_kind:
         slow, fast = by_kind["slow"], by_kind["fast"]
-        feedback, speedup = _speed_feedback(slow)
+        feedback = _speed_feedback(slow)
         before = _main_plan_text(plan, "slow", backend) or _stage_plan_text(plan, plan.stages, "slow", backend)
-        head = (f"Correct, but only {speedup:.2f}x the reference, so the structure has to change, not the details. "
+        head = ("Correct, but slower than the reference, so the structure has to change, not the details. "
                 f"My first version used {before}.")
         thought = f"{head} {_thought(plan, plan.stages, 'fast', backend)}"
         text = _response(thought, fast.code, fast.summary)
@@ -3884,11 +3885,10 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
         out.append(Example(msgs, text, "speedup", "correct", task.task_id, backend, 2))
     if "fast" in by_kind:
         fast = by_kind["fast"]
-        feedback, speedup = _keep_feedback(fast)
-        thought = (f"Correct, and {speedup:.2f}x the reference: this is already the structure I would choose, so I "
-                   f"keep it. {_thought(plan, plan.stages, 'fast', backend)}")
+        thought = ("Correct, and faster than the reference: this is already the structure I would choose, so I keep "
+                   f"it. {_thought(plan, plan.stages, 'fast', backend)}")
         text = _response(thought, fast.code, fast.summary)
-        msgs = build_messages(task, [Attempt(fast.code, fast.summary, feedback)], backend=backend)
+        msgs = build_messages(task, [Attempt(fast.code, fast.summary, _keep_feedback(fast))], backend=backend)
         out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2))
     return out
 
