@@ -13,8 +13,9 @@ typo'd identifier; ``format_error``: one step done with PyTorch in ``forward``).
 status the sandbox gives it (`kevin.sandbox.STATUSES`).
 
 `build_corpus` turns them into chat examples: first turns (the prompt of `build_messages`, then an answer)
-mixed so that well under all of them are correct (default 45 %), and refinement turns whose prompt shows a
-flawed or slow attempt with feedback worded like the sandbox's and whose answer fixes it.
+mixed so that well under all of them are correct (default 45 %), and refinement turns whose prompt shows an
+earlier attempt with feedback worded like the sandbox's and whose answer fixes a flawed one, speeds up a slow one or
+keeps a fast one.
 
     answers = kernel_answers(task, "cpu")               # [] when no template covers the task
     examples = build_corpus(builtin_tasks(), "cpu", seed=0)
@@ -123,7 +124,7 @@ class Mix:
     })
     refinement_share: float = 0.3
     refinement_speedup: float = 0.2
-    refinement_keep: float = 0.2
+    refinement_keep: float = 0.3
 
     def __post_init__(self) -> None:
         unknown = set(self.first_turn) - set(KINDS)
@@ -3796,8 +3797,8 @@ def _speed_feedback(answer: Answer) -> str:
 
 
 def _keep_feedback(answer: Answer) -> str:
-    """Feedback for a correct attempt that already beats the reference: an illustrative speedup, log-uniform in
-    [1.1, 150] (the CPU sandbox's speedups of the fast programs span that), in the sandbox's wording."""
+    """Feedback for a correct attempt that already beats the reference, in the sandbox's wording: an illustrative
+    speedup, log-uniform in [1.1, 150] (on small CPU problems, where PyTorch's overhead dominates, kernels reach 100x)."""
     h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:keep".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
     speedup = 1.1 * (150 / 1.1) ** (((h >> 10) % 1000) / 999)

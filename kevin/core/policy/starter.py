@@ -3,8 +3,8 @@
 A randomly initialised model never writes a program the sandbox accepts, so RL from it sees no reward. The
 starter is trained on `kevin.data.corpus.build_corpus` for one backend: two first-turn answers per task, half of
 them correct (slow or fast) and the rest off by one, missing an operator, misspelt, or leaving a step to PyTorch,
-and refinement turns that fix a flawed or slow attempt from its feedback. It learns that mix imperfectly, so its
-own first turns are right well under every time and RL has something to improve.
+and refinement turns that fix a flawed attempt, speed up a slow one or keep a fast one. It learns that mix
+imperfectly, so its own first turns are right well under every time and RL has something to improve.
 
 - **Tokenizer** (`build_starter_tokenizer`): a byte-level BPE trained with ``tokenizers`` on the corpus text,
   whose merges may span a whole line (lines are split first, then bytes merged with no word splitting), so most
