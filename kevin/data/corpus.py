@@ -124,7 +124,7 @@ class Mix:
     })
     refinement_share: float = 0.3
     refinement_speedup: float = 0.2
-    refinement_keep: float = 0.3
+    refinement_keep: float = 0.2
 
     def __post_init__(self) -> None:
         unknown = set(self.first_turn) - set(KINDS)
