@@ -73,19 +73,17 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     # The main command's loop, shrunk: the shipped starter, 2 built-in tasks x 8 trajectories x 1 turn, 4 steps, every
     # kernel compiled and checked by the CPU sandbox, rewarded for correctness alone (--measure_speed false: no timing,
     # every correct kernel scores 0.3, so no timing noise enters the advantages and a seed repeats its run).
-    # Correct share by step on the 2-core CPU machine, measured with --speedup_cap 0.001 instead (timed, every correct
-    # kernel 0.301: the same advantages after the std normalisation); seed 0 gave the same shares both ways, in 171 s
-    # without timing and 210 s with it. Seed 0: 0.31, 0.75, 0.62, 0.88 (twice, the same); seed 1: 0.38,
-    # 0.81, 0.94, 0.75; seed 2: 0.62, 0.50, 0.62, 0.81. Last two steps minus the first: +0.44, +0.47, +0.09 (seed 2's
-    # first step drew well above the starter's usual share); the better of the last two: 0.88, 0.94, 0.81. Another
-    # CPU may sample other tokens from the same seed, as another seed would: both bounds hold for all three seeds.
-    # Without learning (a share near the starter's 0.45), two steps of 16 kernels reach 12 correct with p ~ 0.03.
-    # Seed 0 is used.
+    # Correct share by step on the 2-core CPU machine with the shipped starter, this exact command: seed 0: 0.31,
+    # 0.31, 0.75, 0.44; seed 1: 0.44, 0.75, 0.69, 0.88; seed 2: 0.31, 0.88, 0.62, 0.81. Last two steps minus the
+    # first: +0.28, +0.34, +0.41; the better of the last two: 0.75, 0.88, 0.88. Another CPU may sample other tokens
+    # from the same seed, as another seed would: both bounds hold for all three seeds. Without learning (a share
+    # near the starter's 0.4), two steps of 16 kernels reach 12 correct with p ~ 0.01. Seed 1 is used: seed 0
+    # meets the first bound with no room.
     from kevin.core.run.loggers import read_jsonl
 
     out = tmp_path / "run"
     proc = in_process("train_multiturn.py", "--tasks", KERNEL_TASKS, "--tasks_per_step", "2", "--n_trajectories", "8",
-                      "--n_turns", "1", "--steps", "4", "--measure_speed", "false", "--seed", "0",
+                      "--n_turns", "1", "--steps", "4", "--measure_speed", "false", "--seed", "1",
                       "--keep_checkpoints", "0", "--output_dir", str(out),
                       env={"KEVIN_CACHE_DIR": with_shared_pch(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -94,4 +92,4 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     assert len(correct) == 4
     assert all(r["rollout/speedup"] == 0.0 for r in rows)  # no kernel was timed: the option reached the sandbox
     assert max(correct[2:]) >= 0.75, correct
-    assert (correct[2] + correct[3]) / 2 >= correct[0] + 0.05, correct
+    assert (correct[2] + correct[3]) / 2 >= correct[0] + 0.15, correct

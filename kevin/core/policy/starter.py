@@ -29,7 +29,7 @@ imperfectly, so its own first turns are right well under every time and RL has s
   weights packed by `pack_state`) when its hash matches, else by training.
 
     model, tokenizer = load_starter("cpu")              # the shipped copy, unpacked once into the cache, then loaded
-    python recipes/warmstart.py --overwrite              # train it again (about 11 minutes on 2 cores); --help
+    python recipes/warmstart.py --overwrite              # train it again (about 14 minutes on 2 cores); --help
     load_model("starter", device=torch.device("cpu"))    # as a recipe's --model
 """
 
