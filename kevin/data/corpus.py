@@ -114,8 +114,8 @@ class Mix:
     ``refinement_share``: the share of all examples that are refinements (turn 2).
     ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer
     is the fast version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer
-    submits it again: a policy that has only seen broken or slow attempts in its prompt rewrites a good one into a
-    broken one); the rest fix a flawed attempt.
+    submits it again; a policy that never saw a good attempt in its prompt tends to rewrite one into a broken
+    program); the rest fix a flawed attempt.
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
@@ -134,7 +134,7 @@ class Mix:
             raise ValueError("Mix.first_turn weights must be >= 0 with a positive sum")
         if not 0 <= self.refinement_share <= 1 or not 0 <= self.refinement_speedup <= 1:
             raise ValueError("Mix.refinement_share and Mix.refinement_speedup must be in [0, 1]")
-        if not 0 <= self.refinement_keep <= 1 - self.refinement_speedup:
+        if self.refinement_keep < 0 or self.refinement_speedup + self.refinement_keep > 1 + 1e-9:  # float sums
             raise ValueError("Mix.refinement_keep must be in [0, 1 - refinement_speedup]")
 
     @property
@@ -3785,25 +3785,25 @@ def _feedback(plan: _Plan, answer: Answer, backend: str) -> str:
     raise ValueError(f"no feedback for a {answer.kind} answer")
 
 
-def _speed_feedback(answer: Answer) -> str:
-    """Feedback for a correct but slow first attempt. The times are illustrative (no measurement is made
-    here), in the sandbox's wording."""
-    h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:speed".encode()).digest()[:4], "little")
+def _correct_feedback(answer: Answer, salt: str, speedup_of: Any) -> str:
+    """The sandbox's feedback on a correct ``answer``, with illustrative times (no measurement is made here): a
+    reference time and ``speedup_of(u)`` for u in [0, 1), both drawn from a hash of the task, backend and ``salt``."""
+    h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:{salt}".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
-    speedup = 0.08 + ((h >> 10) % 600) / 1000.0
-    runtime = baseline / speedup
-    return (f"Correct. Your kernel took {runtime:.4g} ms against {baseline:.4g} ms for the PyTorch reference: "
-            f"a speedup of {speedup:.2f}x.")
+    speedup = speedup_of(h >> 10)
+    return (f"Correct. Your kernel took {baseline / speedup:.4g} ms against {baseline:.4g} ms for the PyTorch "
+            f"reference: a speedup of {speedup:.2f}x.")
+
+
+def _speed_feedback(answer: Answer) -> str:
+    """Feedback for a correct but slow first attempt: a speedup in [0.08, 0.68)."""
+    return _correct_feedback(answer, "speed", lambda u: 0.08 + (u % 600) / 1000.0)
 
 
 def _keep_feedback(answer: Answer) -> str:
-    """Feedback for a correct attempt that already beats the reference, in the sandbox's wording: an illustrative
-    speedup, log-uniform in [1.1, 150] (on small CPU problems, where PyTorch's overhead dominates, kernels reach 100x)."""
-    h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:keep".encode()).digest()[:4], "little")
-    baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
-    speedup = 1.1 * (150 / 1.1) ** (((h >> 10) % 1000) / 999)
-    return (f"Correct. Your kernel took {baseline / speedup:.4g} ms against {baseline:.4g} ms for the PyTorch "
-            f"reference: a speedup of {speedup:.2f}x.")
+    """Feedback for a correct attempt that already beats the reference: a speedup log-uniform in [1.1, 150] (on
+    small problems, where PyTorch's own overhead dominates the reference's time, kernels reach 100x)."""
+    return _correct_feedback(answer, "keep", lambda u: 1.1 * (150 / 1.1) ** ((u % 1000) / 999))
 
 
 def _fix_thought(plan: _Plan, answer: Answer, fixed: Answer, feedback: str, backend: str) -> tuple[str, str]:
@@ -3845,8 +3845,8 @@ def _fix_thought(plan: _Plan, answer: Answer, fixed: Answer, feedback: str, back
 
 
 def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | None = None) -> list[Example]:
-    """Second-turn examples for ``task``: the prompt shows one earlier attempt with its feedback, the answer
-    improves on it.
+    """Second-turn examples for ``task``: the prompt shows one earlier attempt with its feedback, the answer fixes
+    it, speeds it up or keeps it.
 
     One example per flawed answer (its fix: the correct program of the same variant), one for the slow answer
     (feedback "Correct ... speedup 0.xx", answer: the fast program) and one for the fast answer (feedback
@@ -3892,6 +3892,11 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
         msgs = build_messages(task, [Attempt(fast.code, fast.summary, _keep_feedback(fast))], backend=backend)
         out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2))
     return out
+
+
+def _refinement_group(example: Example) -> str:
+    """Which share of `Mix` a refinement example counts towards: "speedup", "keep" or "fix"."""
+    return example.kind if example.kind in ("speedup", "keep") else "fix"
 
 
 def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | None = None,
@@ -3954,8 +3959,8 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
         if idx not in refinements:
             refinements[idx] = refinement_examples(task, backend, answers)
         options = refinements[idx]
-        want = ("speedup" if made_of["speedup"] < n_speed else "keep" if made_of["keep"] < n_keep else "fix")
-        group = [e for e in options if (e.kind if e.kind in made_of else "fix") == want]
+        want = "speedup" if made_of["speedup"] < n_speed else "keep" if made_of["keep"] < n_keep else "fix"
+        group = [e for e in options if _refinement_group(e) == want]
         if not group:
             continue
         if want in made_of:

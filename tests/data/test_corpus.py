@@ -232,6 +232,30 @@ def test_a_kept_attempt_cannot_outnumber_the_refinements():
         Mix(refinement_speedup=0.5, refinement_keep=0.6)
 
 
+def test_speedups_and_kept_attempts_may_fill_every_refinement():
+    # 0.8 + 0.2 = 1 exactly, though 1 - 0.8 is 0.19999999999999996 in floats
+    assert Mix(refinement_speedup=0.8, refinement_keep=0.2).refinement_keep == 0.2
+
+
+def test_no_kept_attempt_when_the_mix_keeps_none():
+    examples = build_corpus(SOME, "cpu", seed=0, mix=Mix(refinement_keep=0.0))
+    assert not any(e.kind == "keep" for e in examples) and any(e.kind.startswith("fix_") for e in examples)
+
+
+def test_refinement_thoughts_restate_no_number_of_the_feedback():
+    # the feedback's decimals (speedups, times, errors) never reappear in the thought: a small model copying them
+    # from its prompt loops on the digits
+    checked = 0
+    for task in SOME:
+        for e in corpus.refinement_examples(task, "cpu"):
+            feedback = e.messages[0]["content"].split("Feedback:\n", 1)[1]
+            thought = e.answer.split("</think>", 1)[0]
+            decimals = set(re.findall(r"\d+\.\d+", feedback))
+            checked += len(decimals)
+            assert not [d for d in decimals if re.search(rf"(?<![\d.]){re.escape(d)}(?!\d)", thought)], (task.name, e.kind)
+    assert checked > 0  # the speedup and keep feedback carry decimals: the check is not vacuous
+
+
 def test_a_missing_operator_changes_the_reference_output_and_every_refinement_answers_with_a_correct_program():
     # the refinement's feedback comes from running the reference without the dropped line: it must differ; the
     # answer of every refinement is the task's own slow or fast program, the ones the sandbox judges correct

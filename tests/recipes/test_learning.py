@@ -75,7 +75,7 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     # every correct kernel scores 0.3, so no timing noise enters the advantages and a seed repeats its run).
     # Correct share by step on the 2-core CPU machine with the shipped starter, this exact command: seed 0: 0.31,
     # 0.31, 0.75, 0.44; seed 1: 0.44, 0.75, 0.69, 0.88; seed 2: 0.31, 0.88, 0.62, 0.81. Last two steps minus the
-    # first: +0.28, +0.34, +0.41; the better of the last two: 0.75, 0.88, 0.88. Another CPU may sample other tokens
+    # first: +0.28, +0.34, +0.41; the better of the last two: 0.75, 0.88, 0.81. Another CPU may sample other tokens
     # from the same seed, as another seed would: both bounds hold for all three seeds. Without learning (a share
     # near the starter's 0.4), two steps of 16 kernels reach 12 correct with p ~ 0.01. Seed 1 is used: seed 0
     # meets the first bound with no room.
