@@ -3787,7 +3787,8 @@ def _feedback(plan: _Plan, answer: Answer, backend: str) -> str:
 
 def _correct_feedback(answer: Answer, salt: str, speedup_of: Any) -> str:
     """The sandbox's feedback on a correct ``answer``, with illustrative times (no measurement is made here): a
-    reference time and ``speedup_of(u)`` for u in [0, 1), both drawn from a hash of the task, backend and ``salt``."""
+    reference time and the speedup ``speedup_of(u)``, both from a hash of the task, backend and ``salt`` (u: an
+    integer of 22 bits of it)."""
     h = int.from_bytes(hashlib.sha256(f"{answer.task_id}:{answer.backend}:{salt}".encode()).digest()[:4], "little")
     baseline = (0.05 + (h % 1000) / 400.0) if answer.backend == "cpu" else (0.1 + (h % 1000) / 250.0)
     speedup = speedup_of(h >> 10)
