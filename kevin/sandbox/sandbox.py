@@ -443,6 +443,16 @@ class _Verdicts:
                     del self._entries[key]
             entry.done.set()
 
+    def abandon(self, key: str, entry: _Entry) -> None:
+        """Decide ``entry`` with no verdict (an interrupted judging is nobody's result): waiting twins judge the
+        program themselves, and the next copy claims it again. Idempotent."""
+        with self._lock:
+            if entry.done.is_set():
+                return
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            entry.done.set()
+
 
 class _Cancelled(Exception):
     """The batch's deadline passed while this candidate waited for a slot, a device or its golden data."""
@@ -655,8 +665,7 @@ class Sandbox:
                                 "kernel.", details={"internal_error": traceback.format_exc()[-4000:]})
         except BaseException:  # an interrupt: no twin waits for this verdict forever
             if owned is not None:
-                interrupted = EvalResult("runtime_error", "interrupted", details={"internal_error": "interrupted"})
-                memo.publish(key, owned, interrupted)
+                memo.abandon(key, owned)
             raise
         if state.cancelled.is_set() or (result.status == "timeout" and time.monotonic() >= state.deadline):
             result = state.timeout_result()  # the batch's deadline, not the candidate's own limit, ended it

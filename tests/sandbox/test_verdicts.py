@@ -58,6 +58,18 @@ def test_a_programs_second_harness_fault_is_kept_so_faults_are_no_endless_redraw
     assert not first and entry.result.status == "timeout"
 
 
+def test_an_abandoned_judging_hands_nothing_on_even_after_a_dropped_fault():
+    # a dropped fault makes the program's next verdict final; an interrupted judging must not become that verdict
+    memo = _Verdicts()
+    _, mine = memo.claim("k")
+    memo.publish("k", mine, EvalResult("runtime_error", "x", details={"internal_error": "bug"}))
+    _, mine = memo.claim("k")
+    _, theirs = memo.claim("k")
+    memo.abandon("k", mine)
+    assert theirs.done.is_set() and theirs.result is None
+    assert memo.claim("k")[0]
+
+
 def test_publishing_twice_keeps_the_first_decision():
     memo = _Verdicts()
     _, mine = memo.claim("k")
@@ -117,7 +129,7 @@ def stub(tmp_path):
         sandbox.calls.append(src)
         sandbox.gate.wait(10)
         verdict = sandbox.verdicts.pop(0)
-        if isinstance(verdict, Exception):
+        if isinstance(verdict, BaseException):
             raise verdict
         return verdict
 
@@ -173,6 +185,15 @@ def test_a_second_harness_fault_of_a_program_is_handed_on(stub):
     [stub.evaluate(RELU_TASK, "k") for _ in range(2)]
     third = stub.evaluate(RELU_TASK, "k")
     assert "internal_error" in third.details and third.details.get("reused") and len(stub.calls) == 2
+
+
+def test_a_judging_interrupted_after_a_dropped_fault_is_no_verdict_for_later_copies(stub):
+    stub.verdicts = [RuntimeError("harness bug"), KeyboardInterrupt(), CORRECT]
+    stub.evaluate(RELU_TASK, "k")  # dropped: the program's next verdict is final
+    with pytest.raises(KeyboardInterrupt):
+        stub._pipeline(RELU_TASK.source_for("cpu"), "k")
+    later = stub.evaluate(RELU_TASK, "k")
+    assert later.status == "correct" and "reused" not in later.details and len(stub.calls) == 3
 
 
 def test_a_twin_of_a_judging_that_failed_in_the_harness_is_judged_itself(stub):
