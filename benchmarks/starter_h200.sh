@@ -25,7 +25,7 @@ if [ "${TESTS_S:-0}" -gt 0 ]; then
 fi
 
 echo "== warm start (t=$SECONDS s)"
-timeout "${WARM_S:-200}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
+timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
   --threads 8 --output_dir "$R/starter" --overwrite > "$OUT/warmstart.log" 2>&1; echo "rc=$?" >> "$OUT/warmstart.log"
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
 
@@ -38,7 +38,7 @@ cp "$R/starter/starter.json" "$OUT/starter.json" 2>/dev/null
 python3 - "$R/rl/metrics.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 keys = ["rollout/correct", "turn1/correct", "turn2/correct", "reward/score_mean", "rollout/status/format_error",
-        "rollout/status/compile_error", "time/generation", "time/sandbox", "time/sandbox_alone", "time/train",
+        "rollout/status/compile_error", "time/generation", "time/sandbox", "time/rollout", "time/overlap", "time/sandbox_alone", "time/train",
         "time/step",
         "perf/train_tokens_per_s", "perf/mfu", "perf/peak_memory_gib"]
 try:
