@@ -26,7 +26,7 @@ fi
 
 echo "== warm start (t=$SECONDS s)"
 timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
-  --threads 8 --output_dir "$R/starter" --overwrite > "$OUT/warmstart.log" 2>&1; echo "rc=$?" >> "$OUT/warmstart.log"
+  --threads 8 --output_dir "$R/starter" --overwrite ${WARM_ARGS:-} > "$OUT/warmstart.log" 2>&1; echo "rc=$?" >> "$OUT/warmstart.log"
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
 
 echo "== RL (t=$SECONDS s)"
