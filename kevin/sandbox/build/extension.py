@@ -28,7 +28,9 @@ umbrella headers) keep the full prelude: they pay for the headers anyway.
 
 On the CPU backend it splits the call first (:mod:`.split`): the candidate's sources compile after
 `CPU_LIGHT_PRELUDE` in a unit of their own, and ``main.cpp`` keeps only declarations and bindings, which the object
-cache below shares between candidates; a split that does not build falls back the same way (`try_light`).
+cache below shares between candidates; a split that does not build falls back the same way (`try_light`), to a
+whole build that stops at its first error (`FATAL_ERRORS`, `reported_errors`): a compile error then costs the
+candidate about a second, not six (benchmarks/LOG.md).
 
 And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
@@ -140,10 +142,50 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     return light
 
 
-def _mark_light_failed(light_dir: str) -> None:
-    """Create the `LIGHT_FAILED` marker; never through a link another candidate planted there (O_NOFOLLOW)."""
+def _mark_light_failed(light_dir: str, log: str = "") -> None:
+    """Create the `LIGHT_FAILED` marker holding the failed build's ``log``; never through a link another candidate
+    planted there (O_NOFOLLOW)."""
     with contextlib.suppress(OSError):
-        os.close(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+        fd = os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(log[:MAX_BUILD_LOG])
+
+
+def _light_failure_log(light_dir: str) -> str:
+    """The log `_mark_light_failed` kept ("" when there is none or it cannot be read)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with os.fdopen(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_RDONLY | os.O_NOFOLLOW)) as f:
+            return f.read(MAX_BUILD_LOG)
+    return ""
+
+
+FATAL_ERRORS = "-Wfatal-errors"
+"""GCC's flag to stop at the first error: after it, a ``main.cpp`` that includes ``<torch/extension.h>`` still costs
+seconds of template work at the end of the unit (benchmarks/LOG.md), and nothing of that changes the verdict."""
+
+
+def reported_errors(light_log: str, full_log: str) -> str:
+    """The errors to report for a CPU call whose split build and whole build both failed: the split kernel unit's log
+    when its first error is the whole build's first (same line, message and code: both units put the sources after a
+    one-line prelude, so their lines agree), with its file named ``main.cpp`` as in the whole build; else the whole
+    build's log. The whole build stops at its first error (`FATAL_ERRORS`); the kernel unit's later errors cost
+    nothing more to show.
+
+    >>> reported_errors("kernel.cpp:3:5: error: 'y' was not declared\\nkernel.cpp:4:5: error: 'z' was not declared",
+    ...                 "main.cpp:3:5: error: 'y' was not declared")
+    "main.cpp:3:5: error: 'y' was not declared\\nmain.cpp:4:5: error: 'z' was not declared"
+    """
+    from kevin.sandbox.build.split import KERNEL, MAIN
+    from kevin.sandbox.feedback import compiler_diagnostics
+
+    light, full = compiler_diagnostics(light_log, max_errors=1), compiler_diagnostics(full_log, max_errors=1)
+    if not light or not full or os.path.basename(light[0].file) != KERNEL:
+        return full_log
+    renamed = re.sub(rf"(?m)^{re.escape(KERNEL)}:", f"{MAIN}:", light_log)
+    light = compiler_diagnostics(renamed, max_errors=1)
+    same = (light[0].file, light[0].line, light[0].message, light[0].code) == (full[0].file, full[0].line,
+                                                                               full[0].message, full[0].code)
+    return renamed if same else full_log
 
 
 NOT_BUILT = object()  # `try_light`'s answer when the caller should build the original call
@@ -172,7 +214,7 @@ def try_light(build: Any, light_dir: str, name: Any, undefined_symbols_fail: boo
             raise  # the light library was built: this error is the source's own
         # no library: it failed to build here, or in another process whose lock this one waited on
         if failed:
-            _mark_light_failed(light_dir)
+            _mark_light_failed(light_dir, exc.log if isinstance(exc, BuildError) else "")
         if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
             if before is None:
                 entries.pop(name, None)
@@ -190,7 +232,7 @@ class BuildError(RuntimeError):
     ``error`` report carries to the parent's compile-error feedback. ``log``: that output alone."""
 
     def __init__(self, name: str, log: str):
-        self.log = log
+        self.name, self.log = name, log
         super().__init__(f"Error building extension '{name}':\n{log}" if log else f"Error building extension '{name}'")
 
 
@@ -238,9 +280,12 @@ def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
 
     sources = arguments.get("cuda_sources")
     with_cuda = arguments.get("with_cuda")
+    extra = arguments.get("extra_cflags")
+    if isinstance(extra, (list, tuple)):  # GCC takes a PCH built without a warning flag: look it up without it
+        extra = [f for f in extra if f != FATAL_ERRORS]
     try:
         flags = _pch.main_cpp_flags(with_cuda=bool(sources) if with_cuda is None else bool(with_cuda),
-                                    extra_cflags=arguments.get("extra_cflags"),
+                                    extra_cflags=extra,
                                     extra_include_paths=arguments.get("extra_include_paths"))
         return _pch.find(pch_root, flags)
     except Exception:  # odd arguments or no CUDA toolkit: compile without it; torch reports real errors
@@ -320,12 +365,26 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
                 if built is not NOT_BUILT:
                     return built
         elif backend == "cpu" and light and (units := _split.split_sources(arguments)) is not None:
-            key = build_key({**arguments, "cpp_sources": ["kevin: split", *units]}, backend)
-            built = try_light(lambda d: build(arguments, d, units), os.path.join(ext_root, key), arguments.get("name"),
+            light_dir = os.path.join(ext_root, build_key({**arguments, "cpp_sources": ["kevin: split", *units]},
+                                                         backend))
+            built = try_light(lambda d: build(arguments, d, units), light_dir, arguments.get("name"),
                               undefined_symbols_fail=True)
             if built is not NOT_BUILT:
                 return built
+            if os.path.exists(os.path.join(light_dir, LIGHT_FAILED)):
+                return build_after_split(arguments, light_dir)
         return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
+
+    def build_after_split(arguments: dict[str, Any], light_dir: str) -> Any:
+        """The CPU call as written, after its split build failed: GCC stops at the first error (`FATAL_ERRORS`;
+        a build that succeeds is the same), and the errors reported are `reported_errors`'."""
+        flags = arguments.get("extra_cflags")
+        flags = [flags] if isinstance(flags, str) else list(flags or [])
+        fatal = {**arguments, "extra_cflags": [*flags, FATAL_ERRORS]}
+        try:
+            return build(fatal, os.path.join(ext_root, build_key(fatal, backend)))
+        except BuildError as exc:
+            raise BuildError(exc.name, reported_errors(_light_failure_log(light_dir), exc.log)) from None
 
     def build(arguments: dict[str, Any], build_dir: str, units: tuple[str, str] | None = None) -> Any:
         os.makedirs(build_dir, exist_ok=True)

@@ -22,7 +22,7 @@ When it does not apply (`split_sources` returns None) the call builds as ``load_
 ``requires_grad`` (the light prelude's factories are ATen's), raw strings, line splices, conditional
 preprocessor directives, or a function whose definition is not one plain file-scope definition (`declarations`).
 When the split build fails (a name the light prelude lacks, a declaration main.cpp cannot read), the caller
-builds the original call and reports only that build's errors.
+builds the original call, which decides the verdict, and stops it at its first error (`extension.reported_errors`).
 """
 
 from __future__ import annotations

@@ -176,6 +176,14 @@ def test_wrapper_finds_the_pch_only_for_matching_flags_and_leaves_arguments_alon
     assert _extension.main_cpp_pch(None, args) is None
 
 
+def test_the_build_that_stops_at_its_first_error_uses_the_same_pch(pch_cache):
+    # a warning flag does not make GCC skip a PCH: the whole build after a failed split uses the usual one
+    root = _pch.root(pch_cache["cache"])
+    args = {"cpp_sources": "x", "cuda_sources": None, "with_cuda": None,
+            "extra_cflags": ["-O3", _extension.FATAL_ERRORS], "extra_include_paths": None}
+    assert _extension.main_cpp_pch(root, args) == pch_cache["dir"]
+
+
 def test_search_first_puts_the_dir_before_cpath_and_restores_it(monkeypatch):
     monkeypatch.setenv("CPATH", "/a")
     with _pch.search_first("/p"):

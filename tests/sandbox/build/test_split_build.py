@@ -136,7 +136,7 @@ class _Fakes:
     def __init__(self, monkeypatch, split_error=None, so=False):
         from torch.utils import cpp_extension as ce
 
-        self.calls, self.split_error, self.so = [], split_error, so
+        self.calls, self.flags, self.split_error, self.so = [], [], split_error, so
         monkeypatch.setattr(ce, "load", self.load)
         monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(lambda **a: self.load_inline(**a)))
         monkeypatch.setattr(ce.JIT_EXTENSION_VERSIONER, "entries", {})
@@ -151,6 +151,7 @@ class _Fakes:
 
     def load_inline(self, **arguments):
         self.calls.append(("full", arguments["build_directory"], None))
+        self.flags.append(arguments.get("extra_cflags"))
         return "full module"
 
 
@@ -180,6 +181,21 @@ def test_a_split_that_does_not_compile_is_built_as_written_and_remembered(monkey
     assert [c[0] for c in fakes.calls] == ["split", "full", "full"]
 
 
+def test_the_whole_build_after_a_failed_split_stops_at_its_first_error(monkeypatch, tmp_path):
+    fakes = _Fakes(monkeypatch, split_error=_extension.BuildError("ext", "kernel.cpp:3:1: error: x"))
+    load = _install(tmp_path)
+    load(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"], extra_cflags=["-O3"])
+    load(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"], extra_cflags=["-O3"])  # marked: straight there
+    assert [c[0] for c in fakes.calls] == ["split", "full", "full"]
+    assert fakes.flags == [["-O3", _extension.FATAL_ERRORS]] * 2
+
+
+def test_the_marker_keeps_the_failed_split_builds_log(monkeypatch, tmp_path):
+    fakes = _Fakes(monkeypatch, split_error=_extension.BuildError("ext", "kernel.cpp:3:1: error: x"))
+    _install(tmp_path)(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"])
+    assert open(os.path.join(fakes.calls[0][1], LIGHT_FAILED)).read() == "kernel.cpp:3:1: error: x"
+
+
 def test_a_split_library_missing_a_symbol_is_built_as_written(monkeypatch, tmp_path):
     # a declaration that does not match its definition links (shared libraries may leave symbols undefined) but
     # fails at import: the source is fine as written, so it must not be reported as the candidate's error
@@ -199,6 +215,29 @@ def test_light_off_builds_the_call_as_written(monkeypatch, tmp_path):
     fakes = _Fakes(monkeypatch)
     assert _install(tmp_path, light=False)(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"]) == "full module"
     assert [c[0] for c in fakes.calls] == ["full"]
+
+
+# ----------------------------------------------------------------------------------------------- reported errors
+
+
+def test_the_split_units_later_errors_are_reported_when_its_first_is_the_whole_builds():
+    light = "kernel.cpp:9:5: error: 'dts' was not declared\nkernel.cpp:10:5: error: 'n' was not declared"
+    full = "main.cpp:9:5: error: 'dts' was not declared"
+    assert _extension.reported_errors(light, full) == light.replace("kernel.cpp", "main.cpp")
+
+
+def test_a_first_error_the_light_prelude_caused_is_not_reported():
+    # the split unit fails on a name its prelude lacks; the whole build's own first error is another one
+    light = "kernel.cpp:4:5: error: 'at::relu' has not been declared\nkernel.cpp:9:5: error: 'dts' was not declared"
+    full = "main.cpp:9:5: error: 'dts' was not declared"
+    assert _extension.reported_errors(light, full) == full
+
+
+def test_a_split_failure_in_its_bindings_unit_is_not_reported():
+    # the same line and message in the split's main.cpp (declarations only) is not the candidate's kernel
+    light = "main.cpp:2:1: error: 'f' was not declared"
+    assert _extension.reported_errors(light, light) == light
+    assert _extension.reported_errors(light + "\nmain.cpp:3:1: error: g", light) == light
 
 
 # ----------------------------------------------------------------------------------------------- a real compile
@@ -294,3 +333,31 @@ def test_two_extensions_with_the_same_bindings_in_one_process_keep_their_own_ker
                             functions=["scale"], extra_cflags=["-O3"])
     assert first.scale(x, 2.0).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # 2 * [0..5]
     assert second.scale(x, 2.0).tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]  # 2 * [0..5] + 1
+
+
+FAILED_BUILD = """
+import os, sys
+from torch.utils import cpp_extension as ce
+from kevin.sandbox.build import extension
+cache, source = sys.argv[1], sys.stdin.read()
+extension.install(os.path.join(cache, "ext"), "cpu", pch_root=os.path.join(cache, "pch"),
+                  obj_root=os.path.join(cache, "obj"))
+try:
+    ce.load_inline(name="typos", cpp_sources=source, functions=["scale"], extra_cflags=["-O3"])
+except extension.BuildError as exc:
+    print(exc.log)
+"""
+
+
+def test_a_source_with_two_typos_reports_both_though_the_whole_build_stops_at_the_first(split_cache):
+    import subprocess
+    import sys
+
+    source = KERNEL_SOURCE.replace("dst[i] =", "dts[i] =").replace("x.numel();", "x.nmel();")
+    done = subprocess.run([sys.executable, "-c", FAILED_BUILD, split_cache], input=source, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [x for x in done.stdout.splitlines() if ": error: " in x]
+    # main.cpp: load_inline's "#include <torch/extension.h>", then KERNEL_SOURCE, whose loop is its line 10
+    assert [x.split(": error:")[0].rsplit(":", 1)[0] for x in errors] == ["main.cpp:11", "main.cpp:11"]
+    assert "nmel" in errors[0] and "dts" in errors[1]
