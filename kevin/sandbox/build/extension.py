@@ -48,6 +48,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from typing import Any, Iterator
@@ -143,19 +144,27 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _mark_light_failed(light_dir: str, log: str = "") -> None:
-    """Create the `LIGHT_FAILED` marker holding the failed build's ``log``; never through a link another candidate
-    planted there (O_NOFOLLOW)."""
+    """Create the `LIGHT_FAILED` marker holding the failed build's ``log``: written to a new file, then renamed over
+    the marker, so no link another candidate planted there is followed or truncated."""
+    path = os.path.join(light_dir, LIGHT_FAILED)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
     with contextlib.suppress(OSError):
-        fd = os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write(log[:MAX_BUILD_LOG])
+        os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
 
 
 def _light_failure_log(light_dir: str) -> str:
-    """The log `_mark_light_failed` kept ("" when there is none or it cannot be read)."""
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        with os.fdopen(os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_RDONLY | os.O_NOFOLLOW)) as f:
-            return f.read(MAX_BUILD_LOG)
+    """The log `_mark_light_failed` kept; "" when there is none, it cannot be read, or the marker is not a regular
+    file (a planted FIFO would block the read)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return f.read(MAX_BUILD_LOG)
     return ""
 
 
@@ -163,13 +172,17 @@ FATAL_ERRORS = "-Wfatal-errors"
 """GCC's flag to stop at the first error: after it, a ``main.cpp`` that includes ``<torch/extension.h>`` still costs
 seconds of template work at the end of the unit (benchmarks/LOG.md), and nothing of that changes the verdict."""
 
+# how GCC reports a name the light prelude lacks: such an error of the split unit may not be the source's own
+_MISSING_TORCH_NAME = re.compile(r"is not a member of [\u2018'](?:torch|at|c10|aten)(?:::\w+)*[\u2019']|"
+                                 r"[\u2018'](?:torch|at|c10|aten)::[\w:]+[\u2019'] (?:has not been|was not) declared")
+
 
 def reported_errors(light_log: str, full_log: str) -> str:
-    """The errors to report for a CPU call whose split build and whole build both failed: the split kernel unit's log
-    when its first error is the whole build's first (same line, message and code: both units put the sources after a
-    one-line prelude, so their lines agree), with its file named ``main.cpp`` as in the whole build; else the whole
-    build's log. The whole build stops at its first error (`FATAL_ERRORS`); the kernel unit's later errors cost
-    nothing more to show.
+    """The errors to report for a CPU call whose split build and whole build both failed. The whole build decides and
+    stops at its first error (`FATAL_ERRORS`); when that error is also the split kernel unit's first (same line,
+    message and code: both units put the sources after one ``#include`` line, so their lines agree), the kernel unit's
+    next errors follow it, up to three in all, named ``main.cpp`` as in the whole build, except one that names a
+    torch name the light prelude may lack. Otherwise the whole build's log alone.
 
     >>> reported_errors("kernel.cpp:3:5: error: 'y' was not declared\\nkernel.cpp:4:5: error: 'z' was not declared",
     ...                 "main.cpp:3:5: error: 'y' was not declared")
@@ -178,14 +191,17 @@ def reported_errors(light_log: str, full_log: str) -> str:
     from kevin.sandbox.build.split import KERNEL, MAIN
     from kevin.sandbox.feedback import compiler_diagnostics
 
-    light, full = compiler_diagnostics(light_log, max_errors=1), compiler_diagnostics(full_log, max_errors=1)
-    if not light or not full or os.path.basename(light[0].file) != KERNEL:
+    full = compiler_diagnostics(full_log, max_errors=1)
+    light = compiler_diagnostics(light_log, max_errors=3)
+    if not full or not light or os.path.basename(light[0].file) != KERNEL:
         return full_log
-    renamed = re.sub(rf"(?m)^{re.escape(KERNEL)}:", f"{MAIN}:", light_log)
-    light = compiler_diagnostics(renamed, max_errors=1)
-    same = (light[0].file, light[0].line, light[0].message, light[0].code) == (full[0].file, full[0].line,
-                                                                               full[0].message, full[0].code)
-    return renamed if same else full_log
+    light = [d._replace(file=MAIN, text=MAIN + d.text[len(d.file):]) for d in light
+             if os.path.basename(d.file) == KERNEL and d.text.startswith(d.file)]
+    first = full[0]
+    if not light or (light[0].line, light[0].message, light[0].code) != (first.line, first.message, first.code):
+        return full_log
+    kept = [first, *(d for d in light[1:] if not _MISSING_TORCH_NAME.search(d.message))]
+    return "\n".join("\n".join([d.text, *d.context]) for d in kept)
 
 
 NOT_BUILT = object()  # `try_light`'s answer when the caller should build the original call
@@ -379,8 +395,9 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         """The CPU call as written, after its split build failed: GCC stops at the first error (`FATAL_ERRORS`;
         a build that succeeds is the same), and the errors reported are `reported_errors`'."""
         flags = arguments.get("extra_cflags")
-        flags = [flags] if isinstance(flags, str) else list(flags or [])
-        fatal = {**arguments, "extra_cflags": [*flags, FATAL_ERRORS]}
+        if not (flags is None or isinstance(flags, (list, tuple))):  # torch reads a string's characters as flags
+            return build(arguments, os.path.join(ext_root, build_key(arguments, backend)))
+        fatal = {**arguments, "extra_cflags": [*(flags or []), FATAL_ERRORS]}
         try:
             return build(fatal, os.path.join(ext_root, build_key(fatal, backend)))
         except BuildError as exc:

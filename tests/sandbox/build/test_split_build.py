@@ -190,6 +190,20 @@ def test_the_whole_build_after_a_failed_split_stops_at_its_first_error(monkeypat
     assert fakes.flags == [["-O3", _extension.FATAL_ERRORS]] * 2
 
 
+@pytest.mark.parametrize("flags", [None, ("-O3",)])
+def test_the_first_error_stop_keeps_the_calls_own_flags_first(monkeypatch, tmp_path, flags):
+    fakes = _Fakes(monkeypatch, split_error=_extension.BuildError("ext", "kernel.cpp:3:1: error: x"))
+    _install(tmp_path)(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"], extra_cflags=flags)
+    assert fakes.flags == [[*(flags or []), _extension.FATAL_ERRORS]]
+
+
+def test_flags_given_as_a_string_are_built_as_written(monkeypatch, tmp_path):
+    # torch reads a string's characters as flags ("-O3" -> "-", "O", "3"): adding one would change what it builds
+    fakes = _Fakes(monkeypatch, split_error=_extension.BuildError("ext", "kernel.cpp:3:1: error: x"))
+    _install(tmp_path)(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"], extra_cflags="-O3")
+    assert fakes.flags == ["-O3"]
+
+
 def test_the_marker_keeps_the_failed_split_builds_log(monkeypatch, tmp_path):
     fakes = _Fakes(monkeypatch, split_error=_extension.BuildError("ext", "kernel.cpp:3:1: error: x"))
     _install(tmp_path)(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"])
@@ -233,11 +247,20 @@ def test_a_first_error_the_light_prelude_caused_is_not_reported():
     assert _extension.reported_errors(light, full) == full
 
 
-def test_a_split_failure_in_its_bindings_unit_is_not_reported():
-    # the same line and message in the split's main.cpp (declarations only) is not the candidate's kernel
-    light = "main.cpp:2:1: error: 'f' was not declared"
-    assert _extension.reported_errors(light, light) == light
-    assert _extension.reported_errors(light + "\nmain.cpp:3:1: error: g", light) == light
+@pytest.mark.parametrize("missing", ["\u2018arange\u2019 is not a member of \u2018torch\u2019",
+                                     "\u2018at::native::relu\u2019 has not been declared"])
+def test_a_later_error_on_a_torch_name_the_light_prelude_may_lack_is_not_reported(missing):
+    # the whole build stopped at the typo: whether it has torch::arange is not known, so the split unit's word is not
+    light = f"kernel.cpp:9:5: error: 'dts' was not declared\nkernel.cpp:12:9: error: {missing}"
+    full = "main.cpp:9:5: error: 'dts' was not declared"
+    assert _extension.reported_errors(light, full) == full
+
+
+def test_an_error_of_the_splits_bindings_unit_is_not_reported():
+    # ninja builds both split units: the bindings' main.cpp (declarations only) has other lines than the whole build's
+    light = "kernel.cpp:9:5: error: 'dts' was not declared\nmain.cpp:2:1: error: 'f' was not declared"
+    full = "main.cpp:9:5: error: 'dts' was not declared"
+    assert _extension.reported_errors(light, full) == full
 
 
 # ----------------------------------------------------------------------------------------------- a real compile
@@ -350,14 +373,19 @@ except extension.BuildError as exc:
 
 
 def test_a_source_with_two_typos_reports_both_though_the_whole_build_stops_at_the_first(split_cache):
+    import glob
     import subprocess
     import sys
 
-    source = KERNEL_SOURCE.replace("dst[i] =", "dts[i] =").replace("x.numel();", "x.nmel();")
+    source = KERNEL_SOURCE.replace("dst[i] =", "dts[i] =").replace("return y;", "return yy;")
     done = subprocess.run([sys.executable, "-c", FAILED_BUILD, split_cache], input=source, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     errors = [x for x in done.stdout.splitlines() if ": error: " in x]
-    # main.cpp: load_inline's "#include <torch/extension.h>", then KERNEL_SOURCE, whose loop is its line 10
-    assert [x.split(": error:")[0].rsplit(":", 1)[0] for x in errors] == ["main.cpp:11", "main.cpp:11"]
-    assert "nmel" in errors[0] and "dts" in errors[1]
+    # main.cpp: load_inline's "#include <torch/extension.h>", then KERNEL_SOURCE: `return y;` is its line 11 and the
+    # loop its line 10, so main.cpp lines 12 and 11; the first error in the file comes first
+    assert [x.split(": error:")[0].rsplit(":", 1)[0] for x in errors] == ["main.cpp:11", "main.cpp:12"]
+    assert "dts" in errors[0] and "yy" in errors[1]
+    whole = [f for f in glob.glob(os.path.join(split_cache, "ext", "*", "build.ninja")) if "typos" in open(f).read()
+             and KERNEL not in open(f).read()]
+    assert len(whole) == 1 and _extension.FATAL_ERRORS in open(whole[0]).read()  # the verdict's build stopped early
