@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The closed loop on one H200 (results: benchmarks/README.md, "The loop on an H200").
-# 1. optionally the wall-check GPU test (TESTS_S=60); 2. warm-start the "medium" starter (Qwen2 layout, ~130M
+# 1. optionally GPU tests (TESTS_S=60 runs the wall-check test; TESTS="tests/sandbox" TESTS_S=240 all the sandbox's);
+# 2. warm-start the "medium" starter (Qwen2 layout, ~130M
 # parameters) on the CUDA corpus on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox,
 # as many of --steps as the time allows. Run from the repository root. It writes to $JOB_OUT when started by
 # benchmarks/detach.sh (the run outlives one device command: `bash benchmarks/detach.sh start loop bash
@@ -20,7 +21,7 @@ trap 'kill $COPIER 2>/dev/null' EXIT
 
 if [ "${TESTS_S:-0}" -gt 0 ]; then
   echo "== GPU tests (t=$SECONDS s)"
-  timeout "$TESTS_S" python3 -m pytest -m gpu tests/sandbox/test_gpu.py -k "${TESTS_K:-slack}" -q -p no:cacheprovider \
+  timeout "$TESTS_S" python3 -m pytest -m gpu ${TESTS:-tests/sandbox/test_gpu.py -k slack} -q -p no:cacheprovider \
     > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log"; tail -3 "$OUT/gpu_tests.log"
 fi
 
