@@ -3908,8 +3908,9 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     ``round(N * mix.correct_share)`` of the N first turns are correct, the kinds within each group drawn by
     the weights of ``mix.first_turn`` among the kinds the task has (a task's answers are used before any
     repeats). Refinements: ``round(N * share / (1 - share))`` of them (``share = mix.refinement_share``),
-    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept, the rest
-    fixes of flawed attempts; tasks taken in a shuffled round robin. The result is shuffled.
+    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept (both from the same
+    tasks first, in one shuffled order: a task with one has the other too, where the shares allow), the rest fixes of
+    flawed attempts, tasks taken in a round robin. The result is shuffled.
 
     >>> from kevin.data.builtin import builtin_tasks
     >>> ex = build_corpus(builtin_tasks(names=["ReLU", "Gemm_ReLU_Divide"]), "cpu", seed=0)
@@ -3950,27 +3951,34 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     order = list(range(len(pool)))
     rng.shuffle(order)
     refinements: dict[int, list[Example]] = {}
+
+    def options(idx: int) -> list[Example]:
+        if idx not in refinements:
+            refinements[idx] = refinement_examples(pool[idx][0], backend, pool[idx][1])
+        return refinements[idx]
+
+    # the correct attempts, paired: the same tasks (in the same order) get their speedup and their keep, so a task's
+    # second turn after a correct attempt is always the fast program, whichever correct attempt came first
     made = 0
-    made_of = {"speedup": 0, "keep": 0}
+    for want, quota in (("speedup", n_speed), ("keep", n_keep)):
+        got = 0
+        for idx in order:
+            if got >= quota or made >= n_ref:
+                break
+            group = [e for e in options(idx) if _refinement_group(e) == want]
+            if group:
+                examples.append(group[0])
+                got += 1
+                made += 1
     turn = 0
-    while made < n_ref and turn < 4 * n_ref + len(pool):
+    while made < n_ref and turn < 4 * n_ref + len(pool):  # the rest fix flawed attempts, tasks in a round robin
         idx = order[turn % len(order)]
         turn += 1
-        task, answers = pool[idx]
-        if idx not in refinements:
-            refinements[idx] = refinement_examples(task, backend, answers)
-        options = refinements[idx]
-        want = "speedup" if made_of["speedup"] < n_speed else "keep" if made_of["keep"] < n_keep else "fix"
-        group = [e for e in options if _refinement_group(e) == want]
+        group = [e for e in options(idx) if _refinement_group(e) == "fix"]
         if not group:
             continue
-        if want in made_of:
-            pick = group[0]
-            made_of[want] += 1
-        else:
-            weights = [mix.first_turn.get(e.kind[len("fix_"):], 0.0) or 1e-6 for e in group]
-            pick = rng.choices(group, weights=weights)[0]
-        examples.append(pick)
+        weights = [mix.first_turn.get(e.kind[len("fix_"):], 0.0) or 1e-6 for e in group]
+        examples.append(rng.choices(group, weights=weights)[0])
         made += 1
     rng.shuffle(examples)
     return examples

@@ -191,6 +191,16 @@ def test_the_first_turns_are_well_below_perfect_and_the_refinements_mostly_fix()
     assert flawed_kinds == set(FLAWED_KINDS)
 
 
+def test_a_task_with_a_sped_up_attempt_also_has_its_fast_attempt_kept():
+    mix = Mix(refinement_share=0.5, refinement_speedup=0.25, refinement_keep=0.25)
+    examples = build_corpus(ALL, "cpu", seed=0, mix=mix, per_task=2)
+    sped_up = [e.task_id for e in examples if e.kind == "speedup"]
+    kept = [e.task_id for e in examples if e.kind == "keep"]
+    # 2 first turns a task, as many refinements: a quarter of 2N each, about N/2 tasks with both and none with one
+    assert len(sped_up) == len(kept) == round(2 * len(ALL) * 0.25)
+    assert set(sped_up) == set(kept)
+
+
 def test_a_mix_without_flawed_kinds_gives_only_correct_first_turns():
     mix = Mix(first_turn={"slow": 1.0, "fast": 1.0}, refinement_share=0.0)
     examples = build_corpus(SOME[:5], "cuda", seed=1, mix=mix, per_task=2)

@@ -89,9 +89,15 @@ class StarterConfig:
     """first-turn examples per task (kevin.data.corpus.build_corpus): each task's prompt gets this many answers"""
     correct_share: float = 0.5
     """share of correct first-turn answers in the corpus (kevin.data.corpus.Mix.correct_share)"""
-    refinement_share: float = 0.5
+    refinement_share: float = 0.6
     """share of refinement (turn 2) examples in the corpus (with a fifth of them, the starter's second turns in RL
     were mostly format errors: answers that start inside an earlier kernel or never close the thought)"""
+    refinement_speedup: float = 1 / 3
+    """among refinements, the share whose attempt is the slow correct program (the answer: the fast one)"""
+    refinement_keep: float = 1 / 3
+    """among refinements, the share whose attempt is the fast program (the answer keeps it). With the speedup share,
+    one of each for every task: a task whose slow attempt was sped up but whose fast one was never kept taught the
+    starter to rewrite a correct kernel in its second turn, which broke it a third of the time in RL"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
@@ -182,7 +188,8 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
 
     if cfg.backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend {cfg.backend!r}; expected 'cpu' or 'cuda'")
-    key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share, cfg.seed)
+    key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share,
+           cfg.refinement_speedup, cfg.refinement_keep, cfg.seed)
     if key not in _CORPUS_CACHE:
         if not 0 < cfg.correct_share < 1:
             raise ValueError(f"correct_share must be in (0, 1), got {cfg.correct_share}")
@@ -192,7 +199,7 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
         weights = {k: w * (cfg.correct_share / correct if k in CORRECT_KINDS else (1 - cfg.correct_share) / flawed)
                    for k, w in base.first_turn.items()}
         mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share,
-                  refinement_speedup=base.refinement_speedup, refinement_keep=base.refinement_keep)
+                  refinement_speedup=cfg.refinement_speedup, refinement_keep=cfg.refinement_keep)
         _CORPUS_CACHE[key] = build_corpus(starter_tasks(cfg), cfg.backend, seed=cfg.seed, mix=mix, per_task=cfg.per_task)
     return _CORPUS_CACHE[key]
 
