@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The closed loop on one H200 (results: benchmarks/README.md, "The loop on an H200").
-# 1. optionally GPU tests (TESTS_S=60 runs the wall-check test; TESTS="tests/sandbox" TESTS_S=240 all the sandbox's);
-# 2. warm-start the "medium" starter (Qwen2 layout, ~130M
+# 1. optionally GPU tests (TESTS_S=60 runs the wall-check test; TESTS holds pytest's arguments, e.g.
+# TESTS="tests/sandbox" TESTS_S=240 for all the sandbox's); 2. warm-start the "medium" starter (Qwen2 layout, ~130M
 # parameters) on the CUDA corpus on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox,
 # as many of --steps as the time allows. Run from the repository root. It writes to $JOB_OUT when started by
 # benchmarks/detach.sh (the run outlives one device command: `bash benchmarks/detach.sh start loop bash

@@ -17,7 +17,7 @@ so no kernel reaches the sandbox and every reward is 0. This recipe makes one:
    the real sandbox on this machine's backend; prints the parse, compile and correct shares.
 
 Launch (``--help``: every option with its documentation):
-    python recipes/warmstart.py                                  # the CPU starter (a few minutes on 2 cores)
+    python recipes/warmstart.py                                  # the CPU starter (about 17 minutes on 2 cores)
     python recipes/warmstart.py --eval_tasks 16 --eval_samples 4 # ... then judge 64 of its first turns
     python recipes/warmstart.py --backend cuda --model_shape medium --output_dir runs/starter-cuda   # on a GPU
     python recipes/train_multiturn.py --model starter --max_new_tokens 1024                          # RL from it

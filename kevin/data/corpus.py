@@ -112,10 +112,10 @@ class Mix:
     ``first_turn``: weight of each kind among first-turn answers. A kind a task has no answer of gives its
     weight to the others of its group (correct or flawed), so the correct share stays as set.
     ``refinement_share``: the share of all examples that are refinements (turn 2).
-    ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer
-    is the fast version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer
-    submits it again; a policy that never saw a good attempt in its prompt tends to rewrite one into a broken
-    program); the rest fix a flawed attempt.
+    ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer is the fast
+    version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer submits it again;
+    a policy that never saw a good attempt in its prompt tends to rewrite one into a broken program). At most one of
+    each per task; the rest fix a flawed attempt.
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
@@ -3908,9 +3908,10 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     ``round(N * mix.correct_share)`` of the N first turns are correct, the kinds within each group drawn by
     the weights of ``mix.first_turn`` among the kinds the task has (a task's answers are used before any
     repeats). Refinements: ``round(N * share / (1 - share))`` of them (``share = mix.refinement_share``),
-    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept (both from the same
-    tasks first, in one shuffled order: a task with one has the other too, where the shares allow), the rest fixes of
-    flawed attempts, tasks taken in a round robin. The result is shuffled.
+    ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept, at most one of
+    each per task (a share beyond one a task goes to fixes), both dealt over the tasks in the same shuffled order, so
+    the tasks of the smaller share also have the larger's; the rest fix flawed attempts, tasks taken in a round
+    robin. The result is shuffled.
 
     >>> from kevin.data.builtin import builtin_tasks
     >>> ex = build_corpus(builtin_tasks(names=["ReLU", "Gemm_ReLU_Divide"]), "cpu", seed=0)
@@ -3957,8 +3958,8 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
             refinements[idx] = refinement_examples(pool[idx][0], backend, pool[idx][1])
         return refinements[idx]
 
-    # the correct attempts, paired: the same tasks (in the same order) get their speedup and their keep, so a task's
-    # second turn after a correct attempt is always the fast program, whichever correct attempt came first
+    # the correct attempts, paired: both passes walk the same task order, so a task given a keep also has its speedup
+    # (or the other way round, for the smaller share); after either correct attempt its second turn is the fast program
     made = 0
     for want, quota in (("speedup", n_speed), ("keep", n_keep)):
         got = 0

@@ -201,6 +201,24 @@ def test_a_task_with_a_sped_up_attempt_also_has_its_fast_attempt_kept():
     assert set(sped_up) == set(kept)
 
 
+def test_the_tasks_of_the_smaller_share_also_have_the_larger():
+    mix = Mix(refinement_share=0.5, refinement_speedup=0.3, refinement_keep=0.1)
+    examples = build_corpus(ALL, "cpu", seed=0, mix=mix, per_task=2)
+    sped_up = {e.task_id for e in examples if e.kind == "speedup"}
+    kept = {e.task_id for e in examples if e.kind == "keep"}
+    assert len(kept) < len(sped_up) and kept <= sped_up
+
+
+def test_the_starters_corpus_has_one_speedup_and_one_keep_for_every_task():
+    from kevin.core.policy.starter import StarterConfig, corpus_examples
+
+    names = ["ReLU", "GroupNorm", "Gemm_ReLU_Divide", "Conv2d_ReLU_BiasAdd"]
+    examples = corpus_examples(StarterConfig(tasks=",".join(names)))
+    # 2 first turns a task, 60 % refinements: 8 first turns, 12 refinements, a third each: 4 speedups, 4 keeps
+    for kind in ("speedup", "keep"):
+        assert sorted(e.task_id.split("-", 2)[-1] for e in examples if e.kind == kind) == sorted(names)
+
+
 def test_a_mix_without_flawed_kinds_gives_only_correct_first_turns():
     mix = Mix(first_turn={"slow": 1.0, "fast": 1.0}, refinement_share=0.0)
     examples = build_corpus(SOME[:5], "cuda", seed=1, mix=mix, per_task=2)

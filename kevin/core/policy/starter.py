@@ -29,7 +29,7 @@ imperfectly, so its own first turns are right well under every time and RL has s
   weights packed by `pack_state`) when its hash matches, else by training.
 
     model, tokenizer = load_starter("cpu")              # the shipped copy, unpacked once into the cache, then loaded
-    python recipes/warmstart.py --overwrite              # train it again (about 14 minutes on 2 cores); --help
+    python recipes/warmstart.py --overwrite              # train it again (about 17 minutes on 2 cores); --help
     load_model("starter", device=torch.device("cpu"))    # as a recipe's --model
 """
 
@@ -95,9 +95,10 @@ class StarterConfig:
     refinement_speedup: float = 1 / 3
     """among refinements, the share whose attempt is the slow correct program (the answer: the fast one)"""
     refinement_keep: float = 1 / 3
-    """among refinements, the share whose attempt is the fast program (the answer keeps it). With the speedup share,
-    one of each for every task: a task whose slow attempt was sped up but whose fast one was never kept taught the
-    starter to rewrite a correct kernel in its second turn, which broke it a third of the time in RL"""
+    """among refinements, the share whose attempt is the fast program (the answer keeps it). At most one of each per
+    task (`kevin.data.corpus.build_corpus`); with 60 % refinements, a third each is one of each for every task. A
+    policy that saw a task's slow attempt sped up but never its fast one kept tends to blend the two programs when its
+    first attempt was already correct"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
