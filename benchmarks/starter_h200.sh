@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The closed loop on one H200 (results: benchmarks/README.md, "The loop on an H200").
+# The closed loop on one GPU, an H200 or an H100 (results: benchmarks/README.md, "The loop on one GPU").
 # 1. optionally GPU tests (TESTS_S=60 runs the wall-check test; TESTS holds pytest's arguments, e.g.
 # TESTS="tests/sandbox" TESTS_S=240 for all the sandbox's); 2. warm-start the "medium" starter (Qwen2 layout, ~130M
 # parameters) on the CUDA corpus on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox,
