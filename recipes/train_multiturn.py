@@ -139,7 +139,6 @@ class Config(RunConfig):
 
 
 # CPU-sized defaults of --model starter / tiny (options still win); the starter's pool: 4 train tasks it half solves
-# over two turns (benchmarks/README.md, "The loop on the CPU", has the survey they were chosen from)
 CPU = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, raise_max_new_tokens_by=1.0, max_prompt_tokens=None,
            backend="cpu", bf16=False, gradient_checkpointing=False, micro_batch_size=8)
 PRESETS = {"starter": dict(CPU, tasks="builtin:GroupNorm,Conv2d_LayerNorm_GELU_ResidualAdd,BMM_LayerNorm_ReLU,"
