@@ -3960,19 +3960,21 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
 
     # the correct attempts, paired: both passes walk the same task order, so a task given a keep also has its speedup
     # (or the other way round, for the smaller share); after either correct attempt its second turn is the fast program
-    made = 0
+    made = paired = 0
     for want, quota in (("speedup", n_speed), ("keep", n_keep)):
-        got = 0
+        got = walked = 0
         for idx in order:
             if got >= quota or made >= n_ref:
                 break
+            walked += 1
             group = [e for e in options(idx) if _refinement_group(e) == want]
             if group:
                 examples.append(group[0])
                 got += 1
                 made += 1
-    turn = 0
-    while made < n_ref and turn < 4 * n_ref + len(pool):  # the rest fix flawed attempts, tasks in a round robin
+        paired = max(paired, walked)
+    turn = paired  # the rest fix flawed attempts, tasks in a round robin from the first task without a correct attempt
+    while made < n_ref and turn < paired + 4 * n_ref + len(pool):
         idx = order[turn % len(order)]
         turn += 1
         group = [e for e in options(idx) if _refinement_group(e) == "fix"]
