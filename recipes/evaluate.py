@@ -22,10 +22,10 @@ reports (the pure functions of kevin.core.eval.report, on kevin.core.eval.metric
   timing the sandbox took (eager, TF32, torch.compile on CUDA); ``--baseline`` picks the one the tables (and
   the speedups in the rollouts) divide by, ``--rules`` the sandbox's rule set (kevin or kernelbench).
 
-Writes into ``output_dir``: ``rollouts/{m}x{n}.jsonl`` and ``{m}x{n}-beam.jsonl`` (every trajectory with every
-EvalResult: it can be re-scored and re-reported), ``metrics.jsonl`` (one record per turn budget, then one per
-configuration, then one per configuration and baseline), ``report.md``, ``turns.png``, ``equal_budget.png``
-and ``config.json``.
+Writes into ``output_dir``: ``config.json``, ``rollouts/{m}x{n}.jsonl`` and ``{m}x{n}-beam.jsonl`` (every trajectory
+with every EvalResult, to re-score and re-report; while one runs, its judged turns in ``{m}x{n}.partial.jsonl.gz``,
+which ``--resume`` continues), ``metrics.jsonl`` (a record per turn budget, then per configuration, then per
+configuration and baseline), ``report.md``, ``turns.png`` and ``equal_budget.png``.
 
 How it differs from the paper: the tasks are ours (``builtin_tasks(split="eval")``, 23 tasks) unless
 ``--tasks`` points to KernelBench; correctness and timing follow our sandbox (docs/threat-model.md); the
@@ -35,6 +35,7 @@ result: the tiny random model writes no parseable kernel, so every number is 0.
 Launch:
     python recipes/evaluate.py                                    # CPU: tiny model, 2 tasks, 4x2 + 8x1, ~1 min
     python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts there; runs nothing
+    python recipes/evaluate.py ... --resume                       # a stopped evaluation, continued where it stopped
     python recipes/evaluate.py --strategy beam                    # CPU: also 4x2 as beam search, 2 kept every turn
     python recipes/evaluate.py --model runs/starter               # a training run's latest checkpoint, into
                                                                   # runs/starter/evaluation (CPU-sized like tiny)
@@ -50,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -60,9 +60,9 @@ from typing import Literal
 import torch
 
 from kevin.core.eval import report
-from kevin.core.policy.models import ModelNameError
+from kevin.core.policy.models import ModelNameError, weights_fingerprint
 from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
-from kevin.core.run.rundir import RunDir
+from kevin.core.run.rundir import RunDir, check_same_settings
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,9 @@ class Config:
     --model, the --from_rollouts directory when re-reporting, else runs/evaluate)"""
     overwrite: bool = False
     """evaluate into an output_dir that holds an earlier evaluation, deleting it first (without it: refused)"""
+    resume: bool = False
+    """continue the stopped evaluation in output_dir, with the same options and weights: finished configurations
+    are read back, a stopped one goes on from its last judged turn (rollouts/MxN.partial.jsonl.gz, saved after each)"""
     from_rollouts: str | None = None
     """re-report the rollouts saved in this directory (an earlier output_dir; the configurations its config.json
     lists, or --configs); runs no model"""
@@ -159,7 +162,7 @@ def build_policy(cfg: Config):
     elif cfg.engine == "vllm":  # vLLM loads the model itself
         return VLLMPolicy(cfg.model, seed=cfg.seed, **sampling)
     else:  # a hub id or a from_pretrained directory (a peft adapter's directory: base and adapter)
-        model, tokenizer = load_model(cfg.model, device=device)
+        model, tokenizer = load_model(cfg.model, device=device, seed=cfg.seed)
         model = model.to(torch.bfloat16) if device.type == "cuda" else model
     if cfg.engine == "vllm":  # a training run's weights, handed to an engine in this process
         return VLLMPolicy.from_model(model, tokenizer, seed=cfg.seed, **sampling)
@@ -197,7 +200,6 @@ def main(argv: list[str]) -> Path:
         raise SystemExit(f"--strategy beam needs a configuration of more than --beam_every {cfg.beam_every} turns, and "
                          f"each such m a multiple of --beam_keep {cfg.beam_keep}; got {cfg.configs}")
     out = Path(cfg.output_dir)
-    rollout_dir = out / "rollouts"
     if (out / "checkpoints").exists():
         raise SystemExit(f"{out} holds a training run (checkpoints/): evaluate into another --output_dir (for a "
                          "training run's --model the default is <run>/evaluation)")
@@ -205,30 +207,21 @@ def main(argv: list[str]) -> Path:
         raise SystemExit(f"{out} holds a config.json that is not an evaluation's (a model's?): use another --output_dir")
     source = Path(cfg.from_rollouts).resolve() if cfg.from_rollouts else None
     beside = source is not None and out.resolve() in (source, source.parent)  # re-reporting in place: the report only
-    RunDir(out, files=EVALUATION_FILES).claim(fresh=not beside, overwrite=cfg.overwrite, resumable=False)
+    if cfg.resume and (cfg.from_rollouts or not (out / "config.json").is_file()):
+        raise SystemExit("--resume runs the model: not with --from_rollouts" if cfg.from_rollouts else
+                         f"--resume: {out} holds no evaluation to continue (no config.json)")
+    RunDir(out, files=EVALUATION_FILES).claim(fresh=not (beside or cfg.resume), overwrite=cfg.overwrite,
+                                              resume="--resume")
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(dataclasses.asdict(cfg), indent=1))
 
-    from kevin.core.records import load_rollout, save_rollout
+    from kevin.core.records import load_evaluation, load_rollout, save_rollout
 
     # --- Rollouts: one per m x n configuration, every one saved before anything is computed from it.
     rollouts: dict[str, list] = {}
     settings = dataclasses.asdict(cfg)
-    if cfg.from_rollouts:
-        source = Path(cfg.from_rollouts)
-        saved = source / "config.json"  # the settings of the run that made the rollouts, when known
-        settings = {**(json.loads(saved.read_text()) if saved.exists() else {}), "from_rollouts": str(source)}
-        source = source / "rollouts" if (source / "rollouts").is_dir() else source
-        # default: the configurations the saved run made (its config.json), else every saved one
-        made = settings.get("configs") if saved.exists() else None
-        wanted = {f"{m}x{n}" for m, n in pairs} if requested else set(made.split(",")) if made else None
-        found = {p.stem: p for p in source.glob("*.jsonl") if re.fullmatch(r"\d+x\d+(-beam)?", p.stem)}
-        for stem in sorted(found, key=lambda s: (-int(re.split("[x-]", s)[1]), int(s.split("x")[0]), s)):
-            if wanted is None or stem.removesuffix("-beam") in wanted:  # a configuration's beam search with it
-                rollouts[stem] = load_rollout(found[stem])
-        if not rollouts:
-            raise SystemExit(f"no rollouts named MxN.jsonl or MxN-beam.jsonl in {source}")
-        settings["configs"] = ",".join(rollouts)
+    if cfg.from_rollouts:  # the configurations asked for, else those the saved evaluation made
+        rollouts, settings = load_evaluation(cfg.from_rollouts, {f"{m}x{n}" for m, n in pairs} if requested else None)
     else:
         from kevin.core.eval.beam import beam_resampler
         from kevin.core.rollout import rollout
@@ -240,26 +233,36 @@ def main(argv: list[str]) -> Path:
         if not tasks:
             raise SystemExit(f"no tasks to evaluate: {cfg.tasks or 'the built-in eval split'} gave none")
         policy = build_policy(cfg)
+        settings["model_fingerprint"] = weights_fingerprint(getattr(policy, "model", None))  # (None: an API model)
+        if cfg.resume:  # the same options and weights, or the turns to come would not continue those saved
+            check_same_settings(out / "config.json", settings, ignore=("resume", "overwrite"))
+        (out / "config.json").write_text(json.dumps(settings, indent=1))
         sandbox = Sandbox(cfg.device, SandboxConfig(rules=cfg.rules, baseline=cfg.baseline))
         print(f"{len(tasks)} tasks on {cfg.device}, {cfg.rules} rules, {cfg.baseline} baseline; "
               f"configurations {cfg.configs}")
         for m, n, beam in runs:
             label = f"{m}x{n}" + ("-beam" if beam else "")
-            torch.manual_seed(cfg.seed)
+            done, partial = out / "rollouts" / f"{label}.jsonl", out / "rollouts" / f"{label}.partial.jsonl.gz"
+            if cfg.resume and done.is_file():  # finished before the stop
+                rollouts[label] = load_rollout(done)
+                continue
+            # a stopped one goes on (beam search starts again); its sampling seed moves on by the turns it has
+            start_from = load_rollout(partial) if cfg.resume and partial.is_file() and not beam else None
+            torch.manual_seed(cfg.seed + (len(start_from[0].turns) if start_from else 0))
             start = time.perf_counter()
             try:
                 trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
                                        backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens,
-                                       resample=beam_resampler(m, cfg.beam_keep, cfg.beam_every) if beam else None)
-            except BaseException as exc:  # keep the finished turns (MxN.partial.jsonl: --from_rollouts skips it)
-                if getattr(exc, "trajectories", None):
-                    path = save_rollout(exc.trajectories, rollout_dir / f"{label}.partial.jsonl")
-                    print(f"{label} stopped after {len(exc.trajectories[0].turns)} of {n} turns; those are in {path}")
+                                       resample=beam_resampler(m, cfg.beam_keep, cfg.beam_every) if beam else None,
+                                       start_from=start_from, on_turn=None if beam else
+                                       lambda so_far: save_rollout(so_far, partial))  # (written after each turn)
+            except BaseException:
+                print(f"{label} stopped; --resume continues it from its judged turns in {partial}, if any")
                 raise
-            save_rollout(trajectories, rollout_dir / f"{label}.jsonl")
+            save_rollout(trajectories, done)
+            partial.unlink(missing_ok=True)
             rollouts[label] = trajectories
             print(f"{label}: {len(trajectories)} trajectories in {time.perf_counter() - start:.1f} s")
-        (out / "config.json").write_text(json.dumps(settings, indent=1))
 
     # --- Tables: Table 1 per turn budget on the most serial independent configuration, Table 2 over all of them.
     ci = dict(n_resamples=cfg.n_bootstrap, alpha=cfg.alpha, seed=cfg.seed)

@@ -115,6 +115,26 @@ def chunk_bounds(n_rows: int, chunks: int) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:]))
 
 
+def started_histories(tasks: Sequence[Any], slots: Sequence[tuple[int, int]],
+                      start_from: Sequence[Trajectory] | None, n_turns: int) -> list[list[Turn]]:
+    """Each of the B*G ``slots``' judged turns so far: empty, or those of ``start_from`` (an earlier rollout's
+    trajectories of the same tasks, task-major). ValueError when they are not that rollout's: another count, order or
+    task, beam-search copies, or more than ``n_turns`` turns."""
+    if start_from is None:
+        return [[] for _ in slots]
+    start_from = list(start_from)
+    if len(start_from) != len(slots):
+        raise ValueError(f"start_from has {len(start_from)} trajectories; this rollout has {len(slots)} (B*G)")
+    for k, (trajectory, (b, g)) in enumerate(zip(start_from, slots)):
+        where = (trajectory.task_id, trajectory.trajectory_index)
+        if where != (tasks[b].task_id, g) or trajectory.pruned or any(t.replica for t in trajectory.turns):
+            raise ValueError(f"start_from[{k}] is trajectory {where[1]} of {where[0]!r}, not {g} of "
+                             f"{tasks[b].task_id!r}, or a beam search's: not this rollout's")
+        if len(trajectory.turns) > n_turns:
+            raise ValueError(f"start_from[{k}] has {len(trajectory.turns)} turns, more than n_turns={n_turns}")
+    return [list(trajectory.turns) for trajectory in start_from]
+
+
 def busy_shares(intervals: Sequence[tuple[float, float]]) -> list[float]:
     """Each ``(start, end)`` interval's share of the time that any of them covers: every moment's seconds split
     evenly among the intervals open at that moment. The shares sum to the length of the union.
@@ -233,6 +253,8 @@ def rollout(
     resample: Callable[[int, list[tuple[Turn, ...]]], Sequence[int] | None] | None = None,
     chunks: int | None = None,
     evaluation_slots: int | None = None,
+    start_from: Sequence[Trajectory] | None = None,
+    on_turn: Callable[[list[Trajectory]], None] | None = None,
 ) -> list[Trajectory]:
     """Run G = ``n_trajectories`` trajectories of T = ``n_turns`` turns for each of the B ``tasks``.
 
@@ -264,6 +286,11 @@ def rollout(
         evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: the sandbox's ``capacity``
             (kevin's `Sandbox`: its compile workers plus two per device), every kernel at once for a sandbox without
             one.
+        start_from: B*G trajectories (task-major, of these tasks) whose turns are already judged: an earlier
+            rollout's saved turns (``on_turn``) or its exception's ``trajectories``. Each goes on from its last turn,
+            so an interrupted rollout continues where it stopped. Not with ``resample``. None: all start at turn 1.
+        on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) each time a turn is judged
+            (in lockstep every turn; pipelined, every group's turn), e.g. to save them.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:
@@ -301,7 +328,9 @@ def rollout(
     if callable(forget := getattr(sandbox, "forget_verdicts", None)):
         forget()  # kevin's Sandbox reuses a verdict within one rollout only, whose policy is fixed
     slots = [(b, g) for b in range(len(tasks)) for g in range(n_trajectories)]  # task-major, [B*G]
-    history: list[list[Turn]] = [[] for _ in slots]
+    if start_from is not None and resample is not None:
+        raise ValueError("start_from: beam search (resample) restarts from its first turn, it cannot continue")
+    history = started_histories(tasks, slots, start_from, n_turns)
     pruned: list[list[tuple[int, Turn]]] = [[] for _ in slots]
     count_tokens = policy.count_tokens if max_prompt_tokens is not None else None
     if resample is not None:
@@ -309,6 +338,13 @@ def rollout(
     elif chunks is None:
         chunks = default_chunks(sandbox, len(tasks), n_trajectories)
     bounds = chunk_bounds(len(slots), chunks)
+    pipeline = None
+
+    def judged() -> None:
+        if on_turn is not None:
+            if pipeline is not None:
+                pipeline.settle_costs()
+            on_turn(_trajectories(tasks, slots, history, pruned))
 
     def prompt(k: int) -> list[dict]:
         return build_messages(tasks[slots[k][0]], [Attempt.from_turn(turn) for turn in history[k]], backend=backend,
@@ -322,21 +358,22 @@ def rollout(
         except ImportError:  # (tqdm comes with the [train] extra)
             logger.info("no progress bar: tqdm is not installed")
         else:
-            bar = tqdm(total=n_turns, desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories", unit="turn")
+            bar = tqdm(total=n_turns, initial=min(map(len, history)), unit="turn",
+                       desc=f"rollout {len(tasks)} tasks x {n_trajectories} trajectories")
             if _console_handler(logging.getLogger("kevin")):  # (`kevin.core.run.cli.log_to_stderr`'s, say)
                 # its lines printed above the bar, not through it
                 redirect.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("kevin")]))
-    pipeline = None
     started = time.perf_counter()
     try:
         if len(bounds) > 1:
             pipeline = _Pipeline(policy, sandbox, tasks, slots, history, bounds, n_turns=n_turns, prompt=prompt,
-                                 parse=parse, evaluation_slots=evaluation_slots, bar=bar)
+                                 parse=parse, evaluation_slots=evaluation_slots, bar=bar, judged=judged)
             pipeline.run()
             pipeline.settle_costs()
         else:
-            for t in range(n_turns):
-                conversations = [prompt(k) for k in range(len(slots))]
+            for t in range(min(map(len, history)), n_turns):
+                rows = [k for k in range(len(slots)) if len(history[k]) == t]  # (all, unless some went on further)
+                conversations = [prompt(k) for k in rows]
 
                 if bar is not None:
                     bar.set_postfix_str(f"turn {t + 1}: generating {len(conversations)} responses")
@@ -344,8 +381,8 @@ def rollout(
 
                 parsed = [parse(g) for g in generations]
                 results = [_failed_verdict(g, p) for g, p in zip(generations, parsed)]
-                job_slots = [k for k, r in enumerate(results) if r is None]
-                jobs = [(tasks[slots[k][0]], parsed[k].code) for k in job_slots]
+                job_slots = [i for i, r in enumerate(results) if r is None]  # (indices into rows)
+                jobs = [(tasks[slots[rows[i]][0]], parsed[i].code) for i in job_slots]
 
                 if bar is not None:
                     bar.set_postfix_str(f"turn {t + 1}: evaluating {len(jobs)} kernels")
@@ -354,20 +391,20 @@ def rollout(
                 eval_s = time.perf_counter() - start
                 if len(verdicts) != len(jobs):
                     raise RuntimeError(f"sandbox returned {len(verdicts)} results for {len(jobs)} kernels")
-                for k, v in zip(job_slots, verdicts):
-                    results[k] = v
+                for i, v in zip(job_slots, verdicts):
+                    results[i] = v
 
                 gen_costs = share(gen_s, _generation_weights(generations))
-                eval_costs = [0.0] * len(slots)
-                for k, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
-                    eval_costs[k] = c
+                eval_costs = [0.0] * len(rows)
+                for i, c in zip(job_slots, share(eval_s, [1.0] * len(job_slots))):
+                    eval_costs[i] = c
 
-                for k, (g, p, r) in enumerate(zip(generations, parsed, results)):
+                for i, (k, g, p, r) in enumerate(zip(rows, generations, parsed, results)):
                     assert r is not None
-                    history[k].append(_turn(g, p, r, gen_costs[k], eval_costs[k]))
+                    history[k].append(_turn(g, p, r, gen_costs[i], eval_costs[i]))
 
                 statuses = Counter(r.status for r in results if r is not None)
-                mean_tokens = sum(history[k][-1].generated_tokens for k in range(len(slots))) / len(generations)
+                mean_tokens = sum(history[k][-1].generated_tokens for k in rows) / len(generations)
                 logger.info(
                     "turn %d/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs; %d kernels evaluated in "
                     "%.1fs; %s",
@@ -388,6 +425,7 @@ def rollout(
                         moved = sum(p != k for k, p in enumerate(parents))
                         logger.info("after turn %d: %d of %d trajectories continue another's", t + 1, moved,
                                     len(slots))
+                judged()
                 if bar is not None:
                     bar.set_postfix(correct=statuses.get("correct", 0), evaluated=len(jobs))
                     bar.update(1)
@@ -427,13 +465,14 @@ class _Pipeline:
     def __init__(self, policy: Any, sandbox: Any, tasks: list[Any], slots: list[tuple[int, int]],
                  history: list[list[Turn]], bounds: list[tuple[int, int]], *, n_turns: int,
                  prompt: Callable[[int], list[dict]], parse: Callable[[Any], Any], evaluation_slots: int | None,
-                 bar: Any) -> None:
+                 bar: Any, judged: Callable[[], None]) -> None:
         self.policy, self.sandbox, self.tasks, self.slots, self.history = policy, sandbox, tasks, slots, history
         self.bounds, self.n_turns, self.prompt, self.parse, self.bar = bounds, n_turns, prompt, parse, bar
+        self.judged_turn = judged  # told after every group's turn
         self.n_slots = evaluation_slots or getattr(sandbox, "capacity", None) or len(slots)
         self.group_of = [c for c, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
-        self.next_turn = [0] * len(bounds)
-        self.due = list(range(len(bounds)))  # groups whose next turn can be generated
+        self.next_turn = [self._turns_done(c) for c in range(len(bounds))]  # (0, unless started from earlier turns)
+        self.due = [c for c in range(len(bounds)) if self.next_turn[c] < n_turns]  # groups whose next turn can go
         self.waiting = [0] * len(bounds)  # per group: its kernels still in the sandbox
         self.staged: dict[int, list[Any]] = {}  # row -> [generation, parsed, verdict or None, generation seconds]
         self.futures: dict[Future, int] = {}  # a kernel in the sandbox -> its row
@@ -473,7 +512,7 @@ class _Pipeline:
 
     def _generate(self) -> None:
         groups, self.due = sorted(self.due), []
-        rows = [k for c in groups for k in range(*self.bounds[c])]
+        rows = [k for c in groups for k in range(*self.bounds[c]) if len(self.history[k]) == self.next_turn[c]]
         turns = sorted({self.next_turn[c] + 1 for c in groups})
         if self.bar is not None:
             self.bar.set_postfix_str(f"turn {','.join(map(str, turns))}: generating {len(rows)} responses")
@@ -517,16 +556,22 @@ class _Pipeline:
         lo, hi = self.bounds[c]
         statuses: Counter = Counter()
         for k in range(lo, hi):
-            g, p, verdict, cost = self.staged.pop(k)
-            self.history[k].append(_turn(g, p, verdict, cost, 0.0))  # its evaluation seconds: settle_costs
-            statuses[verdict.status] += 1
-        self.next_turn[c] += 1
-        logger.info("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c], self.n_turns, lo, hi - 1,
+            if k in self.staged:  # (a row that started further on sits its group's earlier turns out)
+                g, p, verdict, cost = self.staged.pop(k)
+                self.history[k].append(_turn(g, p, verdict, cost, 0.0))  # its evaluation seconds: settle_costs
+                statuses[verdict.status] += 1
+        logger.info("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c] + 1, self.n_turns, lo, hi - 1,
                     dict(sorted(statuses.items())))
+        self.next_turn[c] = self._turns_done(c)
         if self.next_turn[c] < self.n_turns:
             self.due.append(c)
         if self.bar is not None and min(self.next_turn) > self.bar.n:
             self.bar.update(min(self.next_turn) - self.bar.n)
+        self.judged_turn()
+
+    def _turns_done(self, c: int) -> int:
+        """How many turns every row of group ``c`` has."""
+        return min(len(self.history[k]) for k in range(*self.bounds[c]))
 
     def settle_costs(self) -> None:
         """Every judged turn's ``evaluation_s``: its kernel's share of the sandbox's busy time (`busy_shares`)."""

@@ -758,3 +758,82 @@ def test_a_rollout_starts_by_making_a_reusing_sandbox_forget_its_verdicts():
         rollout(ScriptedPolicy([response("a", CODE.format(i=0), "s")] * 2), _tasks(1), sandbox, n_trajectories=1,
                 n_turns=2, backend="cpu", progress=False)
     assert sandbox.forgotten == 2  # one rollout's policy is fixed: a verdict is reused within it, never across
+
+
+# --- continuing a stopped rollout (start_from, on_turn) -------------------------------------------------------------
+
+
+def _continued(chunks, stop_after):
+    """3 tasks x 2 trajectories x 3 turns by `_ByPromptPolicy`, unbroken, and again from the ``stop_after``-th
+    snapshot that ``on_turn`` gave (with a new policy and sandbox, as a new process would); both without costs."""
+    def run(**kw):
+        sandbox = _SleepySandbox(seconds=lambda task, code: 0.004 * (3 - int(task.task_id[1])))
+        return rollout(_ByPromptPolicy(), _tasks(3), sandbox, n_trajectories=2, n_turns=3, backend="cpu",
+                       progress=False, chunks=chunks, **kw)
+
+    snapshots = []
+    unbroken = run(on_turn=snapshots.append)
+    continued = run(start_from=snapshots[stop_after - 1])
+    return _costless(unbroken), _costless(continued), snapshots
+
+
+def test_a_lockstep_rollout_continued_from_its_turn_one_snapshot_returns_the_unbroken_ones_trajectories():
+    unbroken, continued, snapshots = _continued(chunks=1, stop_after=1)
+    assert [len(tr.turns) for tr in snapshots[0]] == [1] * 6  # lockstep: one snapshot per turn, all rows at once
+    assert len(snapshots) == 3 and continued == unbroken
+
+
+def test_a_pipelined_rollout_continued_from_a_snapshot_with_groups_at_different_turns_returns_the_same():
+    unbroken, continued, snapshots = _continued(chunks=3, stop_after=4)
+    assert len(snapshots) == 9  # 3 groups x 3 turns, one snapshot per group's turn
+    assert len({len(tr.turns) for tr in snapshots[3]}) == 2  # task 2's kernels are fastest: its group ran ahead
+    assert continued == unbroken
+
+
+def test_rows_that_started_further_on_sit_out_until_the_others_catch_up():
+    # 2 tasks x 1 trajectory, task 0 with 2 turns judged, task 1 with 1; lockstep to 3 turns: turn 2 is asked of
+    # task 1 alone (a call of 1), turn 3 of both (a call of 2)
+    snapshots = []
+    rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(), n_trajectories=1, n_turns=2, backend="cpu",
+            progress=False, on_turn=snapshots.append)
+    start = [snapshots[1][0], dataclasses.replace(snapshots[1][1], turns=snapshots[1][1].turns[:1])]
+    policy = _ByPromptPolicy()
+    trajs = rollout(policy, _tasks(2), _SleepySandbox(), n_trajectories=1, n_turns=3, backend="cpu", progress=False,
+                    start_from=start)
+    assert [len(c) for c in policy.calls] == [1, 2]
+    assert [len(tr.turns) for tr in trajs] == [3, 3]
+    assert trajs[0].turns[:2] == start[0].turns  # the judged turns are kept as they were
+
+
+def test_a_pipelined_rollout_calls_on_turn_once_per_groups_turn_with_its_evaluation_seconds_settled():
+    # 2 tasks x 1 trajectory x 2 turns, one group each; the sandbox judges one kernel at a time, 0.05 s each. Task
+    # 0's turn-1 kernel goes first, so its group closes first, alone: its 0.05 s in the sandbox are all its own
+    snapshots = []
+    rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.05), n_trajectories=1,
+            n_turns=2, backend="cpu", progress=False, chunks=2, evaluation_slots=1, on_turn=snapshots.append)
+    assert len(snapshots) == 4
+    first = snapshots[0]
+    assert len(first[0].turns) == 1 and len(first[1].turns) == 0
+    assert first[0].turns[0].evaluation_s == pytest.approx(0.05, abs=0.02)  # settled, not the 0.0 a turn joins with
+
+
+def test_start_from_another_rollouts_trajectories_is_refused():
+    snapshots = []
+    _run(_ByPromptPolicy(), n_tasks=2, g=1, t=1, on_turn=snapshots.append)
+    swapped = snapshots[0][::-1]  # task t1's trajectory where t0's belongs
+    with pytest.raises(ValueError, match="not this rollout's"):
+        _run(_ByPromptPolicy(), n_tasks=2, g=1, t=2, start_from=swapped)
+    with pytest.raises(ValueError, match="has 2 trajectories"):
+        _run(_ByPromptPolicy(), n_tasks=1, g=1, t=2, start_from=snapshots[0])
+    with pytest.raises(ValueError, match="more than n_turns"):
+        _run(_ByPromptPolicy(), n_tasks=2, g=1, t=1, start_from=[dataclasses.replace(
+            tr, turns=tr.turns * 2) for tr in snapshots[0]])
+
+
+def test_beam_search_cannot_continue_a_stopped_rollout():
+    from kevin.core.eval.beam import beam_resampler
+
+    snapshots = []
+    _run(_ByPromptPolicy(), g=2, t=1, on_turn=snapshots.append)
+    with pytest.raises(ValueError, match="beam search"):
+        _run(_ByPromptPolicy(), g=2, t=2, resample=beam_resampler(2, 1, 1), start_from=snapshots[0])

@@ -7,6 +7,7 @@ no GPU visible, as the subprocess's CUDA_VISIBLE_DEVICES="" has it), which saves
 imports."""
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin.core.records import save_rollout
+from kevin.core.records import load_rollout, save_rollout
 from kevin.core.types import Trajectory, Turn
 from kevin.sandbox.result import EvalResult
 
@@ -273,18 +274,55 @@ def test_a_wrong_option_is_one_line_naming_it(args, message, refused, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_rollout_that_fails_midway_keeps_its_finished_turns(tmp_path, recipe):
-    def answer(body, n):  # turn 1 (2 trajectories) answered; turn 2 refused for good
-        return (200, _reply("no kernel")) if n <= 2 else (401, {"error": {"message": "key revoked"}})
+def test_a_rollout_that_fails_midway_keeps_its_finished_turns_and_resume_continues_it(tmp_path, recipe):
+    revoked = [True]
+
+    def answer(body, n):  # turn 1 (2 trajectories) answered; turn 2 refused while the key is revoked
+        return (200, _reply("no kernel")) if n <= 2 or not revoked[0] else (401, {"error": {"message": "key revoked"}})
 
     out = tmp_path / "eval"
+    args = ("--api_model", "served-model", "--output_dir", str(out), "--configs", "2x2", "--max_tasks", "1",
+            "--max_new_tokens", "100", "--device", "cpu", "--n_bootstrap", "50")
     with _chat_server(answer) as url:
-        proc = recipe("--api_model", "served-model", "--api_base_url", url, "--output_dir", str(out),
-                      "--configs", "2x2", "--max_tasks", "1", "--max_new_tokens", "100", "--device", "cpu", check=False)
-    assert proc.returncode != 0 and "key revoked" in proc.stderr
-    partial = read_jsonl(out / "rollouts" / "2x2.partial.jsonl")
-    assert [len(row["turns"]) for row in partial] == [1, 1]  # turn 1 of both trajectories, kept
-    assert not (out / "rollouts" / "2x2.jsonl").exists()
+        proc = recipe(*args, "--api_base_url", url, check=False)
+        assert proc.returncode != 0 and "key revoked" in proc.stderr and "--resume continues it" in proc.stdout
+        partial = load_rollout(out / "rollouts" / "2x2.partial.jsonl.gz")
+        assert [len(tr.turns) for tr in partial] == [1, 1]  # turn 1 of both trajectories, kept
+        assert not (out / "rollouts" / "2x2.jsonl").exists()
+        revoked[0] = False
+        recipe(*args, "--api_base_url", url, "--resume")
+    done = load_rollout(out / "rollouts" / "2x2.jsonl")
+    assert [len(tr.turns) for tr in done] == [2, 2] and [tr.turns[:1] for tr in done] == [tr.turns for tr in partial]
+    assert not (out / "rollouts" / "2x2.partial.jsonl.gz").exists() and (out / "report.md").exists()
+
+
+@pytest.mark.timeout(240)
+def test_resume_goes_on_from_the_saved_turns_and_reads_finished_configurations_back(tmp_path, recipe):
+    out = tmp_path / "eval"
+    args = ("--output_dir", str(out), "--configs", "2x3,2x1", "--max_tasks", "1", "--max_new_tokens", "8",
+            "--n_bootstrap", "50")
+    recipe(*args)
+    rollouts = out / "rollouts"
+    one_turn = [dataclasses.replace(tr, turns=tr.turns[:1]) for tr in load_rollout(rollouts / "2x3.jsonl")]
+    save_rollout(one_turn, rollouts / "2x3.partial.jsonl.gz")  # as if stopped after turn 1
+    (rollouts / "2x3.jsonl").unlink()
+    finished = (rollouts / "2x1.jsonl").read_bytes()
+    proc = recipe(*args, "--resume")
+    done = load_rollout(rollouts / "2x3.jsonl")
+    assert [len(tr.turns) for tr in done] == [3, 3] and [tr.turns[:1] for tr in done] == [tr.turns for tr in one_turn]
+    assert "turn 1/3" not in proc.stderr and "turn 2/3" in proc.stderr  # turn 1 was not generated again
+    assert (rollouts / "2x1.jsonl").read_bytes() == finished  # read back, not run again
+
+
+def test_resume_with_other_settings_or_nothing_to_continue_is_refused(tmp_path, recipe, refused):
+    out = tmp_path / "eval"
+    args = ("--output_dir", str(out), "--configs", "2x1", "--max_tasks", "1", "--max_new_tokens", "8",
+            "--n_bootstrap", "50")
+    assert "holds no evaluation to continue" in refused(*args, "--resume")
+    recipe(*args)
+    message = refused(*args, "--resume", "--seed", "1")  # another seed draws another tiny model: other weights too
+    assert "cannot be continued with these" in message and "seed 0 then, 1 now" in message
+    assert "model_fingerprint" in message
 
 
 def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path, refused):

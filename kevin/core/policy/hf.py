@@ -120,7 +120,8 @@ class TransformersPolicy:
             ``max_new_tokens``; in mode "static" the cache length and a multiple of 8 rows), so a rollout of any
             size fits; `cache_budget_from_free_memory` derives one from the free GPU memory.
         memory_fraction: without ``cache_budget_bytes``, the budget of each call is this share of the device's
-            memory still available when the call starts (`cache_budget_from_free_memory`; no bound off CUDA).
+            memory still available when the call starts (`cache_budget_from_free_memory`; no bound off CUDA). By
+            default 0.9, so the recipes' rollouts fit whatever their size; None: no bound (one wave, or out of memory).
         stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
@@ -150,7 +151,7 @@ class TransformersPolicy:
         mode: str = "auto",
         batch_size: int | None = None,
         cache_budget_bytes: int | None = None,
-        memory_fraction: float | None = None,
+        memory_fraction: float | None = 0.9,
         stop_token_ids: Sequence[int] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         generate_kwargs: dict[str, Any] | None = None,

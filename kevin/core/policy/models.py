@@ -17,7 +17,7 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
     that backend ("cpu" by default) and layout ("small" by default), read from its cache and trained there first when
     it is missing (``seed`` does not change it: the starter's own seed is its config's), or a directory a starter was
     saved in (``recipes/warmstart.py --output_dir``); "random:<shape>": a
-    real architecture with random weights, built on ``device`` directly; anything else goes to
+    real architecture with random weights drawn from ``seed``, built on ``device`` directly; anything else goes to
     ``from_pretrained`` (left padding, the EOS token as padding when there is none). Weights are bf16 only for a
     LoRA on CUDA with ``bf16`` (the frozen base); a full fine-tune keeps fp32 weights under bf16 autocast.
     Dropout is switched off (`disable_dropout`).
@@ -44,8 +44,10 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
             if name == "tiny":
                 model = build_tiny_model(tokenizer, seed=seed)
                 model = model if empty else model.to(device)
-            else:
-                model = build_random_model(name.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
+            else:  # drawn from ``seed`` alone, so that another process (a continued evaluation) draws the same
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    torch.manual_seed(seed)
+                    model = build_random_model(name.split(":", 1)[1], tokenizer, device=device, dtype=dtype)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         check_model_name(name)
@@ -65,6 +67,28 @@ def load_model(name: str, *, device: torch.device, seed: int = 0, bf16: bool = T
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model, tokenizer
+
+
+def weights_fingerprint(model: Any, values: int = 16) -> str | None:
+    """A digest of a model's weights: every parameter's name, shape and dtype and ``values`` of its entries, evenly
+    spaced (None for what is no torch module, e.g. an API model's name). Cheap at 7B (a gather per tensor); two
+    models with the same fingerprint hold the same weights unless they differ only between the sampled entries. A
+    continued evaluation checks with it that it samples the model that began it (a random model drawn again on
+    another machine, a checkpoint replaced meanwhile)."""
+    import hashlib
+
+    if not isinstance(model, torch.nn.Module):
+        return None
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.detach().reshape(-1)
+            picked = flat[torch.linspace(0, max(flat.numel() - 1, 0), min(values, flat.numel()),
+                                         device=flat.device).long()]
+            digest.update(f"{name}:{tuple(p.shape)}:{p.dtype}:".encode())
+            digest.update(picked.float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _empty_weights(empty: bool) -> Any:

@@ -108,11 +108,22 @@ def delete_earlier_run(out_dir: str | os.PathLike, names: Iterable[str] = RUN_FI
     return names
 
 
-def earlier_run_message(out_dir: str | os.PathLike, names: list[str], *, resumable: bool) -> str:
-    """What a recipe says when it refuses to start a fresh run over an earlier one."""
-    how = "--resume latest to continue it, " if resumable else ""
+def earlier_run_message(out_dir: str | os.PathLike, names: list[str], *, resume: str = "--resume latest") -> str:
+    """What a recipe says when it refuses to start a fresh run over an earlier one; ``resume``: its option that
+    continues the run instead."""
+    how = f"{resume} to continue it, " if resume else ""
     return (f"{out_dir} holds an earlier run ({', '.join(names)}); use {how}--overwrite to delete it and start "
             f"afresh, or another --output_dir")
+
+
+def check_same_settings(saved: str | os.PathLike, settings: dict, *, ignore: tuple[str, ...] = ()) -> None:
+    """Exit, naming each difference, unless the settings in the JSON file ``saved`` equal ``settings`` (except the
+    keys in ``ignore``): a run continued with other settings would mix two runs' turns."""
+    before = json.loads(Path(saved).read_text())
+    differ = sorted(k for k in set(before) | set(settings) if k not in ignore and before.get(k) != settings.get(k))
+    if differ:
+        raise SystemExit(f"{saved}: the stopped run had other settings, so it cannot be continued with these: " +
+                         "; ".join(f"{k} {before.get(k)!r} then, {settings.get(k)!r} now" for k in differ))
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,7 @@ class RunDir:
         if self.acc is not None:
             self.acc.wait_for_everyone()
 
-    def claim(self, *, fresh: bool, overwrite: bool, resumable: bool = True) -> None:
+    def claim(self, *, fresh: bool, overwrite: bool, resume: str = "--resume latest") -> None:
         """Before a ``fresh`` run writes here: exit with `earlier_run_message` when the directory holds an earlier run,
         or, with ``overwrite``, delete that run's files first. Every process exits or goes on alike."""
         earlier = earlier_run(self.path, self.files) if fresh and self.is_main else []
@@ -166,7 +177,7 @@ class RunDir:
             from accelerate.utils import broadcast_object_list
             earlier = broadcast_object_list([earlier])[0]
         if earlier and not overwrite:
-            raise SystemExit(earlier_run_message(self.path, earlier, resumable=resumable))
+            raise SystemExit(earlier_run_message(self.path, earlier, resume=resume))
         if earlier and self.is_main:
             self._print(f"--overwrite: deleted {', '.join(delete_earlier_run(self.path, self.files))} of the earlier "
                         f"run in {self.path}")

@@ -98,3 +98,40 @@ def test_an_empty_hub_model_reads_no_weights_but_keeps_its_shapes_buffers_tie_an
     assert all(b.device.type == "cpu" for b in model.buffers())  # rotary frequencies: not in the weights broadcast
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert model.generation_config.eos_token_id == [tok.eos_token_id, 7]
+
+
+def _small_architecture(monkeypatch):
+    """A Qwen2 layout small enough for the CPU, registered as "random:small" for these tests."""
+    from kevin.core.policy import tiny
+
+    monkeypatch.setitem(tiny.REAL_ARCHITECTURES, "small", dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=512, tie_word_embeddings=False))
+
+
+def test_a_random_models_weights_follow_the_seed_whatever_was_drawn_before(monkeypatch):
+    from kevin.core.policy.models import weights_fingerprint
+
+    _small_architecture(monkeypatch)
+    cpu = torch.device("cpu")
+    a, _ = load_model("random:small", device=cpu, seed=5)
+    torch.rand(1000)  # the global generator moved on: a second process would be elsewhere in it
+    b, _ = load_model("random:small", device=cpu, seed=5)
+    c, _ = load_model("random:small", device=cpu, seed=6)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert weights_fingerprint(a) == weights_fingerprint(b) != weights_fingerprint(c)
+
+
+def test_the_fingerprint_changes_with_a_sampled_weight_and_with_a_name():
+    from torch import nn
+
+    from kevin.core.policy.models import weights_fingerprint
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+    before = weights_fingerprint(net)
+    with torch.no_grad():
+        net[1].bias[1] += 1.0  # a 2-entry tensor: every entry is sampled
+    assert weights_fingerprint(net) != before
+    renamed = nn.Sequential(nn.Identity(), *net)  # the same tensors under other names
+    assert weights_fingerprint(renamed) != weights_fingerprint(net)

@@ -706,6 +706,18 @@ def test_a_memory_fraction_puts_no_bound_on_the_cpu(tok, model):
     assert policy.rows_per_wave([[1, 2]] * 5, "generate") == 5
 
 
+def test_by_default_each_call_is_bounded_by_nine_tenths_of_the_memory_still_free(tok, model, monkeypatch):
+    # free memory as the GPU would report it: 0.9 x 10,000 bytes = 9,000 bytes, at 512 bytes per token (the tiny
+    # model) and 3 tokens a row (2 of prompt, 1 new): 9,000 // (3 * 512) = 5 rows of 8 per wave
+    from kevin.core.policy import hf
+
+    asked = []
+    monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: asked.append(fraction) or
+                        int(fraction * 10_000))
+    policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="generate")
+    assert policy.rows_per_wave([[1, 2]] * 8, "generate") == 5 and asked == [0.9]
+
+
 def test_a_memory_fraction_outside_zero_to_one_is_rejected(tok, model):
     with pytest.raises(ValueError, match="memory_fraction"):
         TransformersPolicy(model, tok, memory_fraction=1.5)
