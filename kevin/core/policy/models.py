@@ -84,8 +84,8 @@ def weights_fingerprint(model: Any, values: int = 16) -> str | None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             flat = p.detach().reshape(-1)
-            picked = flat[torch.linspace(0, max(flat.numel() - 1, 0), min(values, flat.numel()),
-                                         device=flat.device).long()]
+            k = min(values, flat.numel())  # integer steps: a float linspace overshoots the last index at 7B sizes
+            picked = flat[torch.arange(k, device=flat.device) * (flat.numel() - 1) // max(k - 1, 1)]
             digest.update(f"{name}:{tuple(p.shape)}:{p.dtype}:".encode())
             digest.update(picked.float().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]

@@ -135,3 +135,18 @@ def test_the_fingerprint_changes_with_a_sampled_weight_and_with_a_name():
     assert weights_fingerprint(net) != before
     renamed = nn.Sequential(nn.Identity(), *net)  # the same tensors under other names
     assert weights_fingerprint(renamed) != weights_fingerprint(net)
+
+
+def test_the_fingerprint_reads_the_last_entry_of_a_tensor_too_long_for_float_indices():
+    # 2**25 + 3 entries: the last index, 2**25 + 2, is no float32 (spacing 4 there), so a float linspace of indices
+    # rounds it to 2**25 + 4, past the end; the fingerprint picks exact integer indices, the last one included
+    from torch import nn
+
+    from kevin.core.policy.models import weights_fingerprint
+
+    net = nn.Module()
+    net.w = nn.Parameter(torch.zeros(2**25 + 3))
+    before = weights_fingerprint(net)
+    with torch.no_grad():
+        net.w[-1] = 1.0
+    assert weights_fingerprint(net) != before
