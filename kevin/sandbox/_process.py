@@ -525,3 +525,43 @@ def describe_exit(rc: int | None) -> str:
         except ValueError:
             return f"killed by signal {-rc}"
     return f"exit code {rc}"
+
+
+def groups_under(pgids: set[int]) -> dict[int, set[int]]:
+    """For each process group in ``pgids``: itself and the groups of every descendant of its processes.
+
+    Why: ninja starts each build command in a process group of its own (so that a Ctrl-C at a terminal does not
+    reach it), so a signal to the group of a compile's worker reaches ninja but not the compilers it runs. One scan
+    of ``/proc`` (pid, parent, group); where there is none, each group stands alone. Never this process's own group.
+    """
+    found = {pgid: {pgid} for pgid in pgids}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return found
+    parent, group = {}, {}
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()  # after the command name, which may hold spaces
+        parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    own = os.getpgrp()
+    for pgid, groups in found.items():
+        todo = [pid for pid, g in group.items() if g == pgid]
+        seen = set(todo)
+        while todo:
+            pid = todo.pop()
+            groups.add(group[pid])
+            for child in children.get(pid, ()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        groups.discard(own)
+        groups.difference_update(g for g in list(groups) if g <= 1)
+    return found

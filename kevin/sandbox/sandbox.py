@@ -199,6 +199,7 @@ class DeviceGate:
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
         self._pausable: dict[_PausableHold, int | None] = {}  # pausable() holders -> process group (None: not yet)
         self._stopped: dict[_PausableHold, float] = {}  # holders stopped by the exclusive() now held -> since when
+        self._groups: dict[_PausableHold, set[int]] = {}  # ... and the process groups stopped for each (`_stop`)
         self._unpaused_waiting = 0  # callers waiting in exclusive(pause=False): new pausable holders wait for them
 
     def _admits_shared(self) -> bool:
@@ -241,10 +242,9 @@ class DeviceGate:
             yield hold
         finally:
             with self._cond:
-                pgid = self._pausable.pop(hold)
-                if pgid is not None and hold in self._stopped:
-                    _signal_group(pgid, "SIGCONT")  # leaving while stopped (a cancel): its process is killed next
-                    _stop_guard.continued(pgid)
+                self._pausable.pop(hold)
+                if hold in self._stopped:  # leaving while stopped (a cancel): its process is killed next
+                    self._continue(hold)
                     hold.paused += time.monotonic() - self._stopped.pop(hold)
                 self._cond.notify_all()
 
@@ -268,24 +268,40 @@ class DeviceGate:
             if not admitted:
                 raise _Cancelled
             self._exclusive = True
-            now = time.monotonic()
-            for hold, pgid in self._pausable.items():  # all registered (pause) or none left (not pause)
-                if pgid is not None:
-                    _stop_guard.stopping(pgid)  # killed, should this process die before it continues them
-                    _signal_group(pgid, "SIGSTOP")
-                    self._stopped[hold] = now
+            self._stop({hold: pgid for hold, pgid in self._pausable.items() if pgid is not None})  # (pause only)
         try:
             yield
         finally:
             with self._cond:
                 now = time.monotonic()
-                for hold, pgid in self._pausable.items():
-                    if hold in self._stopped:
-                        _signal_group(pgid, "SIGCONT")
-                        _stop_guard.continued(pgid)
-                        hold.paused += now - self._stopped.pop(hold)
+                for hold in list(self._stopped):
+                    self._continue(hold)
+                    hold.paused += now - self._stopped.pop(hold)
                 self._exclusive = False
                 self._cond.notify_all()
+
+    def _stop(self, roots: dict["_PausableHold", int]) -> None:
+        """SIGSTOP each holder's process group and every group below it (`_process.groups_under`: ninja runs each
+        compiler in a group of its own), twice, so that a process forked while the first pass ran is stopped too.
+        Each group is told to the stop guard first: killed, should this process die before it continues them."""
+        if not roots:
+            return
+        now = time.monotonic()
+        for hold in roots:
+            self._stopped[hold], self._groups[hold] = now, set()
+        for _ in range(2):
+            below = _process.groups_under(set(roots.values()))
+            for hold, pgid in roots.items():
+                for group in sorted(below[pgid] - self._groups[hold]):
+                    _stop_guard.stopping(group)
+                    _signal_group(group, "SIGSTOP")
+                    self._groups[hold].add(group)
+
+    def _continue(self, hold: "_PausableHold") -> None:
+        """SIGCONT every process group stopped for ``hold``."""
+        for group in self._groups.pop(hold, ()):
+            _signal_group(group, "SIGCONT")
+            _stop_guard.continued(group)
 
     def alone(self, timeout: float | None = None) -> Any:
         """`exclusive` that waits for compiles to finish instead of stopping them: for a correctness run held alone,
@@ -755,7 +771,7 @@ class Sandbox:
             state.run = run
             try:
                 if hold is not None and run.worker.proc is not None:
-                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are in its group
+                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are below it
                     hold.register(run.worker.proc.pid)
                 state.check()
                 failed = run.wait_imported(paused_s=hold.paused_s if hold is not None else None, check=False)

@@ -202,6 +202,59 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
     assert 0.7 <= paused < 2.0  # the 0.2 + 0.5 s under exclusive(), which the compile's time limit leaves out
 
 
+def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their_own(tmp_path):
+    # the compile's worker leads its group and runs ninja, which starts each build command in a new group (so that
+    # a Ctrl-C misses it): a SIGSTOP to the worker's group alone left the compilers running through every timing
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / "build.ninja").write_text(f"rule busy\n  command = {sys.executable} -c 'while True: pass'\n"
+                                          "build a: busy\n")
+    ninja = shutil.which("ninja", path=os.path.dirname(sys.executable)) or shutil.which("ninja")
+    worker = subprocess.Popen([ninja, "-C", str(tmp_path)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gate = DeviceGate()
+    try:
+        _until(lambda: any(_state(pid) == "R" for pid in _descendants(worker.pid)))
+        compiler = next(pid for pid in _descendants(worker.pid) if _state(pid) == "R")  # the busy one, not sh
+        assert os.getpgid(compiler) != worker.pid  # its own group, out of reach of a signal to the worker's
+        with gate.pausable(timeout=5) as hold:
+            hold.register(worker.pid)
+            with gate.exclusive(timeout=5):
+                _until(lambda: _state(compiler) == "T")
+                before = _cpu_seconds(compiler)
+                time.sleep(0.5)
+                during = _cpu_seconds(compiler) - before
+            _until(lambda: _state(compiler) == "R")
+    finally:
+        for pid in _descendants(worker.pid):
+            os.killpg(os.getpgid(pid), 9)
+        worker.kill()
+        worker.wait(5)
+    assert during < 0.05  # the compiler had no CPU while the device was held alone
+
+
+def _descendants(pid):
+    """The pids of ``pid``'s children and their children (/proc)."""
+    import os
+
+    parent = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            pass
+    out, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == here]
+        out += kids
+        todo += kids
+    return out
+
+
 def test_a_timing_waits_for_a_compile_that_has_not_registered_its_process_yet():
     # between admission and the worker's spawn there is nothing to stop: the timing must not start then
     gate, log = DeviceGate(), []
