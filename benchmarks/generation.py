@@ -20,7 +20,7 @@ Variants (each in its own subprocess with a time cap, so one slow or broken vari
   cos and sin traced through (``PREFILL_ROTARY = False``); ``policy:static+whole`` with the prefill's last layer run
   on every position; ``policy:static+budget40`` with a 40 GiB KV-cache budget (``cache_budget_bytes``: the rows are
   generated in waves that fit it), ``policy:static+mem0.5`` with half the free memory as each call's budget
-  (``memory_fraction``). Suffixes combine (``policy:static+inlinerotary+whole``).
+  (``memory_fraction``; without ``+mem`` or ``+budget``, no bound). Suffixes combine (``policy:static+inlinerotary+whole``).
   ``prefill_s`` is one more call of the same batch with one new token (prefill + one sampling step), so
   ``decode_step_ms`` = (seconds - prefill_s) / (new tokens - 1).
 
@@ -128,7 +128,7 @@ def run_variant(variant: str, shape: str, device: str, n: int, plen: int, new: i
         from kevin.core.policy import TransformersPolicy, round_up
 
         mode = variant.split(":", 1)[1]
-        extra = {}
+        extra = {"memory_fraction": None}  # no bound unless a flag sets one (the policy's default is 0.9)
         mode, *flags = mode.split("+")
         from kevin.core.policy.engine import decoding
 

@@ -64,7 +64,8 @@ def main() -> None:
     model = build_model(args.shape, args.device)
     prompts = random_prompts(n, length, model.config.vocab_size)
     policy = TransformersPolicy(model, _IdsOnlyTokenizer(), max_new_tokens=args.new_tokens, temperature=0.9,
-                                stop_token_ids=(), mode=args.mode, decode_attention=args.decode_attention)
+                                stop_token_ids=(), mode=args.mode, decode_attention=args.decode_attention,
+                                memory_fraction=None)  # one wave, as measured before the default budget
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     print(f"built in {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()

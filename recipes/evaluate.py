@@ -37,14 +37,11 @@ Launch:
     python recipes/evaluate.py --from_rollouts runs/evaluate      # re-report saved rollouts there; runs nothing
     python recipes/evaluate.py ... --resume                       # a stopped evaluation, continued where it stopped
     python recipes/evaluate.py --strategy beam                    # CPU: also 4x2 as beam search, 2 kept every turn
-    python recipes/evaluate.py --model runs/starter               # a training run's latest checkpoint, into
-                                                                  # runs/starter/evaluation (CPU-sized like tiny)
-    python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy
-        # on cuda:0 in bf16 (or --engine vllm), sandbox on every visible GPU; the paper's 16x8, 32x4, 128x1
-        # (add --strategy beam: 16x8 also as beam search, the blog's 4 kept every 4 turns)
+    python recipes/evaluate.py --model runs/starter               # a run's latest checkpoint, into <run>/evaluation
+    python recipes/evaluate.py --model Qwen/QwQ-32B --tasks path/to/KernelBench/level1   # GPU: policy on cuda:0 in
+        # bf16 (or --engine vllm), sandbox on every visible GPU; 16x8, 32x4, 128x1 (--strategy beam: 16x8 as beam too)
     OPENAI_API_KEY=... python recipes/evaluate.py --api_model o4-mini --api_base_url https://api.openai.com/v1
-Every field of Config is a command-line option (``--configs 8x4,32x1 --max_tasks 20 --n_bootstrap 2000``), and
-``--config file.yaml`` reads them from a file; models load through ``kevin.core.policy.models.load_model``.
+Every field of Config is an option (``--configs 8x4,32x1``); ``--config file.yaml`` reads them from a file.
 """
 
 from __future__ import annotations
@@ -59,6 +56,7 @@ from typing import Literal
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from kevin.core.eval import report
 from kevin.core.policy.models import ModelNameError, weights_fingerprint
 from kevin.core.run.cli import ConfigError, log_to_stderr, parse_config
@@ -109,8 +107,7 @@ class Config:
     overwrite: bool = False
     """evaluate into an output_dir that holds an earlier evaluation, deleting it first (without it: refused)"""
     resume: bool = False
-    """continue the stopped evaluation in output_dir, with the same options and weights: finished configurations
-    are read back, a stopped one goes on from its last judged turn (rollouts/MxN.partial.jsonl.gz, saved after each)"""
+    """continue the stopped evaluation in output_dir (same options, same weights) from its last judged turn"""
     from_rollouts: str | None = None
     """re-report the rollouts saved in this directory (an earlier output_dir; the configurations its config.json
     lists, or --configs); runs no model"""
@@ -207,15 +204,15 @@ def main(argv: list[str]) -> Path:
         raise SystemExit(f"{out} holds a config.json that is not an evaluation's (a model's?): use another --output_dir")
     source = Path(cfg.from_rollouts).resolve() if cfg.from_rollouts else None
     beside = source is not None and out.resolve() in (source, source.parent)  # re-reporting in place: the report only
-    if cfg.resume and (cfg.from_rollouts or not (out / "config.json").is_file()):
-        raise SystemExit("--resume runs the model: not with --from_rollouts" if cfg.from_rollouts else
-                         f"--resume: {out} holds no evaluation to continue (no config.json)")
+    if cfg.resume and (cfg.from_rollouts or cfg.overwrite or not (out / "config.json").is_file()):
+        raise SystemExit("--resume continues a stopped evaluation: not with --from_rollouts or --overwrite" if
+                         cfg.from_rollouts or cfg.overwrite else f"--resume: {out} holds no evaluation to continue")
     RunDir(out, files=EVALUATION_FILES).claim(fresh=not (beside or cfg.resume), overwrite=cfg.overwrite,
                                               resume="--resume")
     out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(dataclasses.asdict(cfg), indent=1))
 
-    from kevin.core.records import load_evaluation, load_rollout, save_rollout
+    from kevin.core.records import SnapshotWriter, load_evaluation, load_rollout, save_rollout
 
     # --- Rollouts: one per m x n configuration, every one saved before anything is computed from it.
     rollouts: dict[str, list] = {}
@@ -232,10 +229,13 @@ def main(argv: list[str]) -> Path:
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks is not None else tasks
         if not tasks:
             raise SystemExit(f"no tasks to evaluate: {cfg.tasks or 'the built-in eval split'} gave none")
+        same = ("resume", "overwrite", "output_dir", "n_bootstrap", "alpha")  # (no turn depends on these)
+        if cfg.resume:  # the same options and (below) weights, or the turns to come would not continue those saved
+            check_same_settings(out / "config.json", settings, ignore=(*same, "model_fingerprint"))
         policy = build_policy(cfg)
         settings["model_fingerprint"] = weights_fingerprint(getattr(policy, "model", None))  # (None: an API model)
-        if cfg.resume:  # the same options and weights, or the turns to come would not continue those saved
-            check_same_settings(out / "config.json", settings, ignore=("resume", "overwrite"))
+        if cfg.resume:
+            check_same_settings(out / "config.json", settings, ignore=same)
         (out / "config.json").write_text(json.dumps(settings, indent=1))
         sandbox = Sandbox(cfg.device, SandboxConfig(rules=cfg.rules, baseline=cfg.baseline))
         print(f"{len(tasks)} tasks on {cfg.device}, {cfg.rules} rules, {cfg.baseline} baseline; "
@@ -248,16 +248,16 @@ def main(argv: list[str]) -> Path:
                 continue
             # a stopped one goes on (beam search starts again); its sampling seed moves on by the turns it has
             start_from = load_rollout(partial) if cfg.resume and partial.is_file() and not beam else None
-            torch.manual_seed(cfg.seed + (len(start_from[0].turns) if start_from else 0))
+            torch.manual_seed(cfg.seed + (sum(len(tr.turns) for tr in start_from) if start_from else 0))
             start = time.perf_counter()
             try:
-                trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
-                                       backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens,
-                                       resample=beam_resampler(m, cfg.beam_keep, cfg.beam_every) if beam else None,
-                                       start_from=start_from, on_turn=None if beam else
-                                       lambda so_far: save_rollout(so_far, partial))  # (written after each turn)
+                with SnapshotWriter(partial) as save:  # every judged turn, written beside the rollout
+                    trajectories = rollout(policy, tasks, sandbox, n_trajectories=m, n_turns=n,
+                                           backend=cfg.device.split(":")[0], max_prompt_tokens=cfg.max_prompt_tokens,
+                                           resample=beam_resampler(m, cfg.beam_keep, cfg.beam_every) if beam else None,
+                                           start_from=start_from, on_turn=None if beam else save)
             except BaseException:
-                print(f"{label} stopped; --resume continues it from its judged turns in {partial}, if any")
+                print(f"{label} stopped; --resume " + ("starts it again" if beam else f"continues it from {partial}"))
                 raise
             save_rollout(trajectories, done)
             partial.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import IO, Iterable
 
@@ -101,3 +102,52 @@ def load_evaluation(source: str | os.PathLike, configs: set[str] | None = None) 
     if not rollouts:
         raise SystemExit(f"no rollouts named MxN.jsonl or MxN-beam.jsonl in {folder}")
     return rollouts, {**settings, "configs": ",".join(rollouts)}
+
+
+class SnapshotWriter:
+    """Saves the latest snapshot it is given (`save_rollout` to ``path``) from a thread of its own, so that a rollout
+    never waits on the disk: a snapshot given while another is written replaces any still waiting. ``close()`` (or
+    leaving a ``with`` block, an exception included) writes the last one and waits for it.
+
+    Meant as a rollout's ``on_turn``: ``with SnapshotWriter(path) as save: rollout(..., on_turn=save)``.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = _checked(path)
+        self._latest: list[Trajectory] | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="kevin-snapshot", daemon=True)
+        self._thread.start()
+
+    def __call__(self, trajectories: Iterable[Trajectory]) -> None:
+        with self._cond:
+            self._latest = list(trajectories)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._latest is not None or self._closed)
+                if self._latest is None:
+                    return
+                snapshot, self._latest = self._latest, None
+            try:
+                save_rollout(snapshot, self.path)
+            except BaseException as e:  # (raised by close)
+                self._error = e
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> "SnapshotWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

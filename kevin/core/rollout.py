@@ -290,7 +290,8 @@ def rollout(
             rollout's saved turns (``on_turn``) or its exception's ``trajectories``. Each goes on from its last turn,
             so an interrupted rollout continues where it stopped. Not with ``resample``. None: all start at turn 1.
         on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) each time a turn is judged
-            (in lockstep every turn; pipelined, every group's turn), e.g. to save them.
+            (in lockstep every turn; pipelined, every group's turn), e.g. to save them (`records.SnapshotWriter`).
+            Pipelined, a turn's ``evaluation_s`` there is its share of the sandbox's time so far, settled at the end.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:

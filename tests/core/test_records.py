@@ -157,3 +157,38 @@ def test_a_real_sandbox_rollout_rescored_from_disk_equals_scoring_it_in_memory(r
     assert loaded == trajs
     for settings in ({}, {"gamma": 0.0}, {"mode": "max", "speedup_cap": 1.0}):
         assert rescore(loaded, **settings) == rescore(trajs, **settings)
+
+
+def _one(n_turns):
+    return [Trajectory("t", 0, 0, tuple(_turn(EvalResult("incorrect", f"turn {k}")) for k in range(n_turns)))]
+
+
+def test_a_snapshot_writer_leaves_the_last_snapshot_it_was_given(tmp_path):
+    from kevin.core.records import SnapshotWriter
+
+    path = tmp_path / "r.partial.jsonl.gz"
+    with SnapshotWriter(path) as save:
+        for n in (1, 2, 3):  # given faster than written: the ones in between may be skipped, never the last
+            save(_one(n))
+    assert [len(tr.turns) for tr in load_rollout(path)] == [3]
+
+
+def test_a_snapshot_writer_still_writes_the_last_snapshot_when_the_rollout_raises(tmp_path):
+    from kevin.core.records import SnapshotWriter
+
+    path = tmp_path / "r.partial.jsonl.gz"
+    with pytest.raises(ConnectionError):
+        with SnapshotWriter(path) as save:
+            save(_one(2))
+            raise ConnectionError("the server went away")
+    assert [len(tr.turns) for tr in load_rollout(path)] == [2]
+
+
+def test_a_snapshot_that_cannot_be_written_is_an_error_at_close(tmp_path):
+    from kevin.core.records import SnapshotWriter
+
+    (tmp_path / "file").write_text("")
+    save = SnapshotWriter(tmp_path / "file" / "r.jsonl")  # its folder is a file
+    save(_one(1))
+    with pytest.raises(OSError):
+        save.close()

@@ -320,9 +320,13 @@ def test_resume_with_other_settings_or_nothing_to_continue_is_refused(tmp_path, 
             "--n_bootstrap", "50")
     assert "holds no evaluation to continue" in refused(*args, "--resume")
     recipe(*args)
-    message = refused(*args, "--resume", "--seed", "1")  # another seed draws another tiny model: other weights too
+    message = refused(*args, "--resume", "--seed", "1")  # refused on the options, before any model is built
     assert "cannot be continued with these" in message and "seed 0 then, 1 now" in message
-    assert "model_fingerprint" in message
+    saved = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**saved, "model_fingerprint": "0123456789abcdef"}))  # other weights
+    message = refused(*args, "--resume")
+    assert "model_fingerprint '0123456789abcdef' then" in message
+    assert "not with --from_rollouts or --overwrite" in refused(*args, "--resume", "--overwrite")
 
 
 def test_an_empty_task_file_is_refused_before_any_rollout(tmp_path, refused):

@@ -120,8 +120,9 @@ class TransformersPolicy:
             ``max_new_tokens``; in mode "static" the cache length and a multiple of 8 rows), so a rollout of any
             size fits; `cache_budget_from_free_memory` derives one from the free GPU memory.
         memory_fraction: without ``cache_budget_bytes``, the budget of each call is this share of the device's
-            memory still available when the call starts (`cache_budget_from_free_memory`; no bound off CUDA). By
-            default 0.9, so the recipes' rollouts fit whatever their size; None: no bound (one wave, or out of memory).
+            memory still available when the call starts (`cache_budget_from_free_memory`; no bound off CUDA), the
+            static cache the last call left counted as available. By default 0.9, so the recipes' rollouts fit
+            whatever their size; None: no bound (one wave, or out of memory).
         stop_token_ids: token ids that end a response (default: the tokenizer's EOS and pad ids).
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
@@ -282,6 +283,10 @@ class TransformersPolicy:
         budget = self.cache_budget_bytes
         if budget is None and self.memory_fraction is not None:
             budget = cache_budget_from_free_memory(self.device, self.memory_fraction)
+            if budget is not None:  # the last call's static cache is this call's to reuse or replace: free for it
+                from kevin.core.policy.engine.decoding import held_cache_bytes
+
+                budget += int(self.memory_fraction * held_cache_bytes(self.model))
         if budget is None:
             return len(prompts)
         length = max(len(p) for p in prompts) + self.max_new_tokens

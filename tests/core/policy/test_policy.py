@@ -708,7 +708,7 @@ def test_a_memory_fraction_puts_no_bound_on_the_cpu(tok, model):
 
 def test_by_default_each_call_is_bounded_by_nine_tenths_of_the_memory_still_free(tok, model, monkeypatch):
     # free memory as the GPU would report it: 0.9 x 10,000 bytes = 9,000 bytes, at 512 bytes per token (the tiny
-    # model) and 3 tokens a row (2 of prompt, 1 new): 9,000 // (3 * 512) = 5 rows of 8 per wave
+    # model) and 3 tokens a row (2 of prompt, 1 new): 9,000 // (3 * 512) = 5 of the 8 rows per wave
     from kevin.core.policy import hf
 
     asked = []
@@ -716,6 +716,22 @@ def test_by_default_each_call_is_bounded_by_nine_tenths_of_the_memory_still_free
                         int(fraction * 10_000))
     policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="generate")
     assert policy.rows_per_wave([[1, 2]] * 8, "generate") == 5 and asked == [0.9]
+
+
+def test_the_static_cache_a_call_left_counts_as_free_for_the_next_calls_budget(tok, model, monkeypatch):
+    # the last call left a 5,120-byte static cache on the model, which the next call reuses or frees first: the
+    # budget is 0.9 x (10,000 free + 5,120 held) = 13,608 bytes, 13,608 // (3 * 512) = 8 rows (without it: 5)
+    from kevin.core.policy import hf
+    from kevin.core.policy.engine.decoding import held_cache_bytes, model_static_cache
+
+    monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: int(fraction * 10_000))
+    model_static_cache(model, batch=1, length=10)  # 2 layers x K and V x 2 KV heads x 16 dims x 10 slots x 4 bytes
+    try:
+        assert held_cache_bytes(model) == 5_120
+        policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="generate")
+        assert policy.rows_per_wave([[1, 2]] * 8, "generate") == 8
+    finally:
+        model.__dict__.pop("_kevin_static_cache", None)
 
 
 def test_a_memory_fraction_outside_zero_to_one_is_rejected(tok, model):

@@ -130,19 +130,23 @@ def model_static_cache(model: Any, batch: int, length: int) -> Any:
     return held[1]
 
 
+def held_cache_bytes(model: Any) -> int:
+    """Bytes of the static KV cache `model_static_cache` keeps on ``model`` (0 when none): the next call of another
+    shape frees it before allocating its own, and one of the same shape reuses it, so it counts as free for a budget."""
+    held = _unwrap(model).__dict__.get("_kevin_static_cache")
+    layers = getattr(held[1], "layers", ()) if held is not None else ()
+    return sum(t.numel() * t.element_size() for layer in layers
+               for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
+
+
 def release_static_memory(model: Any) -> int:
     """Free what `sample_static` keeps on ``model`` between calls: its static KV cache (`model_static_cache`) and
     the fused projections' weights (:func:`kevin.core.policy.engine.fused.release`); returns the bytes freed. The next
     call allocates both again, at new addresses, where the compiled decoding step's CUDA graphs are captured
     again. On CUDA the freed blocks go back to the device (``torch.cuda.empty_cache``)."""
     model = _unwrap(model)
-    held = model.__dict__.pop("_kevin_static_cache", None)
-    freed = 0
-    if held is not None:
-        for layer in getattr(held[1], "layers", ()):
-            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                freed += t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
-    del held
+    freed = held_cache_bytes(model)
+    model.__dict__.pop("_kevin_static_cache", None)
     freed += _fused.release(model)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
