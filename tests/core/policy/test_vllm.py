@@ -178,37 +178,34 @@ def test_evaluate_samples_a_training_run_with_vllm(vllm_run, tok):
     sys.path.insert(0, str(ROOT))
     from recipes import evaluate
 
-    from kevin.core.run.rundir import RunDir
-
-    model_dir, out = vllm_run
+    _, out = vllm_run
     policy = evaluate.build_policy(evaluate.Config(model=str(out), engine="vllm", max_new_tokens=8))
-    run, ckpt = RunDir.find(str(out))
-    trained, _ = run.trained_model(ckpt, device=torch.device("cpu"))
-    untrained = type(trained).from_pretrained(model_dir)
-    batch = batch_of(policy.generate(CONVERSATIONS), tok)
-
-    def gap(model):
-        return ((trainer_logprobs(model, batch, TEMPERATURE) - batch.old_logprobs).abs() * batch.mask).max().item()
-    assert gap(trained) < TOLERANCE and gap(untrained) > 10 * TOLERANCE
+    trained, untrained = _gaps_to_the_run(policy, vllm_run, tok)
+    assert trained < TOLERANCE and untrained > 10 * TOLERANCE
 
 
 def test_a_runs_hugging_face_export_loads_in_vllm_with_its_trained_weights(vllm_run, tok, tmp_path):
     """``export_hf.py --run <run>`` (a full fine-tune: its weights as trained), then ``VLLMPolicy(<export>)`` as a user
     serving the run would start it: vLLM reads the folder itself, and the log-probs of its samples are the trained
     model's within 1e-4, not the untrained one's."""
-    from kevin.core.run.rundir import RunDir
-
-    model_dir, out = vllm_run
+    _, out = vllm_run
     proc = _run_script()("export_hf.py", "--run", str(out), "--output_dir", str(tmp_path / "hf"), hide_cuda=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     # CPU sizes, and float32, the weights' own dtype, so that the log-probs compare as closely as the other tests'
     policy = VLLMPolicy(str(tmp_path / "hf"), max_new_tokens=8, temperature=TEMPERATURE, max_model_len=256,
                         max_num_seqs=8, seed=0, kv_cache_memory_bytes=2**26, enforce_eager=True, dtype="float32")
+    trained, untrained = _gaps_to_the_run(policy, vllm_run, tok)
+    assert trained < TOLERANCE and untrained > 10 * TOLERANCE
+
+
+def _gaps_to_the_run(policy, vllm_run, tok):
+    """The largest |log-prob| gap between ``policy``'s samples and the run's trained model, then its untrained one."""
+    from kevin.core.run.rundir import RunDir
+
+    model_dir, out = vllm_run
     run, ckpt = RunDir.find(str(out))
     trained, _ = run.trained_model(ckpt, device=torch.device("cpu"))
     untrained = type(trained).from_pretrained(model_dir)
     batch = batch_of(policy.generate(CONVERSATIONS), tok)
-
-    def gap(model):
-        return ((trainer_logprobs(model, batch, TEMPERATURE) - batch.old_logprobs).abs() * batch.mask).max().item()
-    assert gap(trained) < TOLERANCE and gap(untrained) > 10 * TOLERANCE
+    return tuple(((trainer_logprobs(model, batch, TEMPERATURE) - batch.old_logprobs).abs() * batch.mask).max().item()
+                 for model in (trained, untrained))
