@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import threading
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, Any, Iterable
 
 from kevin.core.types import Trajectory
 
@@ -109,7 +110,9 @@ class SnapshotWriter:
     never waits on the disk: a snapshot given while another is written replaces any still waiting. ``close()`` (or
     leaving a ``with`` block, an exception included) writes the last one and waits for it.
 
-    Meant as a rollout's ``on_turn``: ``with SnapshotWriter(path) as save: rollout(..., on_turn=save)``.
+    Meant as a rollout's ``on_turn``: ``with SnapshotWriter(path) as save: rollout(..., on_turn=save)``. A failed
+    write is raised by the next call (or by ``close``), unless a later write succeeded; leaving the block on an
+    exception logs it instead, so that the exception (with its ``trajectories``) goes on.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -122,7 +125,12 @@ class SnapshotWriter:
         self._thread.start()
 
     def __call__(self, trajectories: Iterable[Trajectory]) -> None:
+        """Queue ``trajectories`` for writing; raises the last write's error, if it failed (so a rollout stops early)."""
         with self._cond:
+            if self._closed:
+                raise RuntimeError(f"SnapshotWriter({self.path}) is closed")
+            if self._error is not None:
+                raise self._error
             self._latest = list(trajectories)
             self._cond.notify()
 
@@ -135,7 +143,8 @@ class SnapshotWriter:
                 snapshot, self._latest = self._latest, None
             try:
                 save_rollout(snapshot, self.path)
-            except BaseException as e:  # (raised by close)
+                self._error = None  # (a later write that succeeds clears an earlier failure)
+            except Exception as e:  # (raised by the next call, or by close)
                 self._error = e
 
     def close(self) -> None:
@@ -149,5 +158,11 @@ class SnapshotWriter:
     def __enter__(self) -> "SnapshotWriter":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:  # an exception is on its way out: a failed last write must not replace it
+            self.close()
+        except Exception as e:
+            logging.getLogger(__name__).warning("the last snapshot of %s was not written: %s", self.path, e)

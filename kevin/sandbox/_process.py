@@ -475,16 +475,18 @@ class Worker:
         return rc
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group (it and everything it started), then reap it. Safe to call from two
+        """SIGKILL the worker's process group and every group below it (it and everything it started, ninja's
+        compilers in groups of their own included), then reap it. Safe to call from two
         threads (a batch's deadline and the candidate's own thread): the second call returns at once."""
         with self._kill_lock:
             if self._killed:
                 return
             self._killed = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for group in groups_under({self.proc.pid})[self.proc.pid]:  # its group and those below (ninja's compilers)
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -544,10 +546,10 @@ def groups_under(pgids: set[int]) -> dict[int, set[int]]:
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
-        except OSError:  # gone meanwhile
+            fields = stat[stat.rindex(b")") + 2:].split()  # after the command name, which may hold spaces
+            parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or a line this parser does not read
             continue
-        fields = stat[stat.rindex(b")") + 2:].split()  # after the command name, which may hold spaces
-        parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)

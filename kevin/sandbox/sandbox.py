@@ -268,8 +268,9 @@ class DeviceGate:
             if not admitted:
                 raise _Cancelled
             self._exclusive = True
-            self._stop({hold: pgid for hold, pgid in self._pausable.items() if pgid is not None})  # (pause only)
         try:
+            with self._cond:  # (inside the try: whatever was stopped before an error is continued in the finally)
+                self._stop({hold: pgid for hold, pgid in self._pausable.items() if pgid is not None})  # (pause only)
             yield
         finally:
             with self._cond:
@@ -294,8 +295,10 @@ class DeviceGate:
             for hold, pgid in roots.items():
                 for group in sorted(below[pgid] - self._groups[hold]):
                     _stop_guard.stopping(group)
-                    _signal_group(group, "SIGSTOP")
-                    self._groups[hold].add(group)
+                    if _signal_group(group, "SIGSTOP"):
+                        self._groups[hold].add(group)
+                    else:  # gone: not to be continued, nor killed should its number be reused
+                        _stop_guard.continued(group)
 
     def _continue(self, hold: "_PausableHold") -> None:
         """SIGCONT every process group stopped for ``hold``."""
@@ -343,12 +346,13 @@ def wait_for_group(pid: int, timeout_s: float = 5.0) -> None:
     logging.getLogger(__name__).warning("process %d did not lead its own process group within %.0f s", pid, timeout_s)
 
 
-def _signal_group(pgid: int, name: str) -> None:
-    """Send signal ``name`` to a process group; a group that is gone already is no error."""
+def _signal_group(pgid: int, name: str) -> bool:
+    """Send signal ``name`` to a process group; whether it was sent (a group that is gone already is no error)."""
     try:
         os.killpg(pgid, getattr(signal, name))
+        return True
     except (ProcessLookupError, PermissionError):
-        pass
+        return False
 
 
 def _bounded(timeout: float | None) -> float | None:

@@ -192,3 +192,40 @@ def test_a_snapshot_that_cannot_be_written_is_an_error_at_close(tmp_path):
     save(_one(1))
     with pytest.raises(OSError):
         save.close()
+
+
+def test_a_failed_snapshot_write_stops_the_rollout_at_its_next_turn(tmp_path):
+    import time
+
+    from kevin.core.records import SnapshotWriter
+
+    (tmp_path / "file").write_text("")
+    save = SnapshotWriter(tmp_path / "file" / "r.jsonl")
+    save(_one(1))
+    deadline = time.monotonic() + 10
+    with pytest.raises(OSError):
+        while time.monotonic() < deadline:  # the next turn's call raises once the write has failed
+            save(_one(2))
+            time.sleep(0.01)
+    with pytest.raises(OSError):
+        save.close()
+
+
+def test_a_failed_last_write_does_not_replace_the_exception_leaving_the_block(tmp_path, caplog):
+    from kevin.core.records import SnapshotWriter
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(KeyboardInterrupt):
+        with SnapshotWriter(tmp_path / "file" / "r.jsonl") as save:
+            save(_one(1))
+            raise KeyboardInterrupt
+    assert "was not written" in caplog.text
+
+
+def test_a_closed_snapshot_writer_refuses_more_snapshots(tmp_path):
+    from kevin.core.records import SnapshotWriter
+
+    save = SnapshotWriter(tmp_path / "r.jsonl")
+    save.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        save(_one(1))

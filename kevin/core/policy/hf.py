@@ -283,7 +283,7 @@ class TransformersPolicy:
         budget = self.cache_budget_bytes
         if budget is None and self.memory_fraction is not None:
             budget = cache_budget_from_free_memory(self.device, self.memory_fraction)
-            if budget is not None:  # the last call's static cache is this call's to reuse or replace: free for it
+            if budget is not None and mode == "static":  # the last call's static cache: this one reuses or frees it
                 from kevin.core.policy.engine.decoding import held_cache_bytes
 
                 budget += int(self.memory_fraction * held_cache_bytes(self.model))

@@ -718,18 +718,36 @@ def test_by_default_each_call_is_bounded_by_nine_tenths_of_the_memory_still_free
     assert policy.rows_per_wave([[1, 2]] * 8, "generate") == 5 and asked == [0.9]
 
 
-def test_the_static_cache_a_call_left_counts_as_free_for_the_next_calls_budget(tok, model, monkeypatch):
-    # the last call left a 5,120-byte static cache on the model, which the next call reuses or frees first: the
-    # budget is 0.9 x (10,000 free + 5,120 held) = 13,608 bytes, 13,608 // (3 * 512) = 8 rows (without it: 5)
+def test_a_static_call_counts_the_static_cache_the_last_one_left_as_free(tok, model, monkeypatch):
+    # static rows of 1,024 slots (the cache bucket) x 512 bytes = 524,288 bytes, in batches of 8. Free: 4,000,000
+    # bytes, 0.9 x 4,000,000 = 3,600,000 hold 6 rows, no batch of 8. The last call's cache of 8 rows (4,194,304 bytes)
+    # is this call's to reuse or free: 0.9 x 8,194,304 = 7,374,873 bytes hold 14 rows, so waves of 8
     from kevin.core.policy import hf
     from kevin.core.policy.engine.decoding import held_cache_bytes, model_static_cache
 
-    monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: int(fraction * 10_000))
-    model_static_cache(model, batch=1, length=10)  # 2 layers x K and V x 2 KV heads x 16 dims x 10 slots x 4 bytes
+    monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: int(fraction * 4_000_000))
+    policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="static")
+    with pytest.raises(ValueError, match="holds no batch of 8"):
+        policy.rows_per_wave([[1, 2]] * 16, "static")
+    model_static_cache(model, batch=8, length=1024)  # 2 layers x K and V x 2 KV heads x 16 dims x 8 x 1,024 x 4 bytes
     try:
-        assert held_cache_bytes(model) == 5_120
-        policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="generate")
-        assert policy.rows_per_wave([[1, 2]] * 8, "generate") == 8
+        assert held_cache_bytes(model) == 4_194_304
+        assert policy.rows_per_wave([[1, 2]] * 16, "static") == 8
+    finally:
+        model.__dict__.pop("_kevin_static_cache", None)
+
+
+def test_a_generate_call_does_not_count_a_static_cache_it_would_not_free(tok, model, monkeypatch):
+    # mode "generate" leaves a held static cache where it is: 3 tokens x 512 bytes a row, 0.9 x 4,000,000 // 1,536 =
+    # 2,343 rows, not the 4,800 that counting the 4,194,304 held bytes would give
+    from kevin.core.policy import hf
+    from kevin.core.policy.engine.decoding import model_static_cache
+
+    monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: int(fraction * 4_000_000))
+    policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="generate")
+    model_static_cache(model, batch=8, length=1024)
+    try:
+        assert policy.rows_per_wave([[1, 2]] * 5000, "generate") == 2343
     finally:
         model.__dict__.pop("_kevin_static_cache", None)
 
