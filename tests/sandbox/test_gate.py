@@ -217,8 +217,8 @@ def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gate = DeviceGate()
     try:
-        _until(lambda: any(_state(pid) == "R" for pid in _descendants(worker.pid)))
-        compiler = next(pid for pid in _descendants(worker.pid) if _state(pid) == "R")  # the busy one, not sh
+        _until(lambda: any(_cpu_seconds(pid) > 0.3 for pid in _descendants(worker.pid)))  # (its start is done)
+        compiler = next(pid for pid in _descendants(worker.pid) if _cpu_seconds(pid) > 0.3)  # the busy one, not sh
         assert os.getpgid(compiler) != worker.pid  # its own group, out of reach of a signal to the worker's
         with gate.pausable(timeout=5) as hold:
             hold.register(worker.pid)
@@ -227,7 +227,7 @@ def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their
                 before = _cpu_seconds(compiler)
                 time.sleep(0.5)
                 during = _cpu_seconds(compiler) - before
-            _until(lambda: _state(compiler) == "R")
+            _until(lambda: _cpu_seconds(compiler) > before + 0.1)  # continued after
     finally:
         for pid in _descendants(worker.pid):
             os.killpg(os.getpgid(pid), 9)

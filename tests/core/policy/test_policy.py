@@ -726,6 +726,7 @@ def test_a_static_call_counts_the_static_cache_the_last_one_left_as_free(tok, mo
     from kevin.core.policy.engine.decoding import held_cache_bytes, model_static_cache
 
     monkeypatch.setattr(hf, "cache_budget_from_free_memory", lambda device, fraction: int(fraction * 4_000_000))
+    model.__dict__.pop("_kevin_static_cache", None)  # (what an earlier test's call may have left on the shared model)
     policy = TransformersPolicy(model, tok, max_new_tokens=1, mode="static")
     with pytest.raises(ValueError, match="holds no batch of 8"):
         policy.rows_per_wave([[1, 2]] * 16, "static")
