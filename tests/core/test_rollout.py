@@ -786,7 +786,7 @@ def test_a_lockstep_rollout_continued_from_its_turn_one_snapshot_returns_the_unb
 def test_a_pipelined_rollout_continued_from_a_snapshot_with_groups_at_different_turns_returns_the_same():
     unbroken, continued, snapshots = _continued(chunks=3, stop_after=4)
     assert len(snapshots) == 9  # 3 groups x 3 turns, one snapshot per group's turn
-    assert len({len(tr.turns) for tr in snapshots[3]}) == 2  # task 2's kernels are fastest: its group ran ahead
+    assert len({len(tr.turns) for tr in snapshots[3]}) >= 2  # task 2's kernels are fastest: its group ran ahead
     assert continued == unbroken
 
 
@@ -814,7 +814,7 @@ def test_a_pipelined_rollout_calls_on_turn_once_per_groups_turn_with_its_evaluat
     assert len(snapshots) == 4
     first = snapshots[0]
     assert len(first[0].turns) == 1 and len(first[1].turns) == 0
-    assert first[0].turns[0].evaluation_s == pytest.approx(0.05, abs=0.02)  # settled, not the 0.0 a turn joins with
+    assert 0.04 < first[0].turns[0].evaluation_s < 0.5  # settled (its 0.05 s, more on a loaded machine), not 0.0
 
 
 def test_start_from_another_rollouts_trajectories_is_refused():
