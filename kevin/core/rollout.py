@@ -145,12 +145,18 @@ def busy_shares(intervals: Sequence[tuple[float, float]]) -> list[float]:
     [0.5, 0.5, 1.0]
     """
     edges = sorted({t for interval in intervals for t in interval})
-    shares = [0.0] * len(intervals)
-    for lo, hi in zip(edges, edges[1:]):
-        open_ = [i for i, (start, end) in enumerate(intervals) if start <= lo and end >= hi]
-        for i in open_:
-            shares[i] += (hi - lo) / len(open_)
-    return shares
+    at = {t: i for i, t in enumerate(edges)}
+    opened = [0] * len(edges)  # intervals starting minus intervals ending at each edge
+    for start, end in intervals:
+        opened[at[start]] += 1
+        opened[at[end]] -= 1
+    # before[i]: one interval's share of [edges[0], edges[i]] were it open all along; an interval's share is the
+    # difference at its ends (one sort and two passes: on_turn settles the costs after every group's turn)
+    before, open_ = [0.0], 0
+    for i in range(len(edges) - 1):
+        open_ += opened[i]
+        before.append(before[-1] + ((edges[i + 1] - edges[i]) / open_ if open_ else 0.0))
+    return [before[at[end]] - before[at[start]] if end > start else 0.0 for start, end in intervals]
 
 
 def overlap_seconds(generation_s: float, evaluation_s: float, wall_s: float) -> float:

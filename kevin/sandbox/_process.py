@@ -482,11 +482,7 @@ class Worker:
             if self._killed:
                 return
             self._killed = True
-        for group in groups_under({self.proc.pid})[self.proc.pid]:  # its group and those below (ninja's compilers)
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_tree(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -527,6 +523,15 @@ def describe_exit(rc: int | None) -> str:
         except ValueError:
             return f"killed by signal {-rc}"
     return f"exit code {rc}"
+
+
+def kill_tree(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` and every group below it (`groups_under`: ninja's compilers among them)."""
+    for group in groups_under({pgid})[pgid]:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def groups_under(pgids: set[int]) -> dict[int, set[int]]:

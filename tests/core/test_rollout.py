@@ -746,6 +746,13 @@ def test_busy_shares_sum_to_the_union_of_the_intervals():
     assert sum(shares) == pytest.approx(4.0 + 1.0)  # the union: [0, 4] and [6, 7]
 
 
+def test_busy_shares_give_an_instant_nothing_and_a_nested_interval_half_of_its_time():
+    from kevin.core.rollout import busy_shares
+
+    # a = [0, 4] holds b = [1, 2] and the instant c = [3, 3]: a alone on [0, 1] and [2, 4] (3 s), half of [1, 2]
+    assert busy_shares([(0.0, 4.0), (1.0, 2.0), (3.0, 3.0)]) == pytest.approx([3.5, 0.5, 0.0])
+
+
 def test_a_rollout_starts_by_making_a_reusing_sandbox_forget_its_verdicts():
     class ForgetfulSandbox(VerdictSandbox):
         forgotten = 0

@@ -236,6 +236,35 @@ def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their
     assert during < 0.05  # the compiler had no CPU while the device was held alone
 
 
+def test_a_killed_compile_takes_the_compilers_ninja_started_with_it(tmp_path):
+    # `Worker.kill` (a compile's timeout or a batch's deadline) ends the worker's group and every group below it: a
+    # kill of the worker's group alone left ninja's compilers running on as orphans
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from kevin.sandbox._process import kill_tree
+
+    (tmp_path / "build.ninja").write_text(f"rule busy\n  command = {sys.executable} -c 'while True: pass'\n"
+                                          "build a: busy\n")
+    ninja = shutil.which("ninja", path=os.path.dirname(sys.executable)) or shutil.which("ninja")
+    worker = subprocess.Popen([ninja, "-C", str(tmp_path)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    compilers = []
+    try:
+        _until(lambda: any(_cpu_seconds(pid) > 0.3 for pid in _descendants(worker.pid)))
+        compilers = _descendants(worker.pid)
+        compiler = next(pid for pid in compilers if _cpu_seconds(pid) > 0.3)
+        kill_tree(worker.pid)
+        worker.wait(5)
+        _until(lambda: _state(compiler) in ("Z", None))  # killed (a zombie until its parent, ninja's sh, is reaped)
+    finally:
+        for pid in compilers:  # (left running, should the kill have missed them)
+            if _state(pid) not in ("Z", None):
+                os.kill(pid, 9)
+
+
 def _descendants(pid):
     """The pids of ``pid``'s children and their children (/proc)."""
     import os
