@@ -1,5 +1,6 @@
 """`DeviceGate`: correctness runs share a device, a timing (or a golden process) has it alone."""
 
+import contextlib
 import threading
 import time
 
@@ -202,9 +203,11 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
     assert 0.7 <= paused < 2.0  # the 0.2 + 0.5 s under exclusive(), which the compile's time limit leaves out
 
 
-def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their_own(tmp_path):
-    # the compile's worker leads its group and runs ninja, which starts each build command in a new group (so that
-    # a Ctrl-C misses it): a SIGSTOP to the worker's group alone left the compilers running through every timing
+@contextlib.contextmanager
+def _ninja_compile(tmp_path):
+    """A compile's worker as the sandbox starts one (its own session) running ninja, whose one build command, a busy
+    "compiler", ninja starts in a process group of its own (so that a Ctrl-C misses it). Yields (worker pid, the
+    compiler's pid); kills both after."""
     import os
     import shutil
     import subprocess
@@ -215,54 +218,45 @@ def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their
     ninja = shutil.which("ninja", path=os.path.dirname(sys.executable)) or shutil.which("ninja")
     worker = subprocess.Popen([ninja, "-C", str(tmp_path)], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gate = DeviceGate()
+    below = []
     try:
         _until(lambda: any(_cpu_seconds(pid) > 0.3 for pid in _descendants(worker.pid)))  # (its start is done)
-        compiler = next(pid for pid in _descendants(worker.pid) if _cpu_seconds(pid) > 0.3)  # the busy one, not sh
-        assert os.getpgid(compiler) != worker.pid  # its own group, out of reach of a signal to the worker's
+        below = _descendants(worker.pid)
+        yield worker.pid, next(pid for pid in below if _cpu_seconds(pid) > 0.3)  # the busy one, not sh
+    finally:
+        for pid in below:
+            if _state(pid) not in ("Z", None):
+                os.kill(pid, 9)
+        worker.kill()
+        worker.wait(5)
+
+
+def test_a_timing_stops_the_compilers_that_ninja_runs_in_process_groups_of_their_own(tmp_path):
+    # a SIGSTOP to the worker's group alone left the compilers running through every timing
+    import os
+
+    gate = DeviceGate()
+    with _ninja_compile(tmp_path) as (worker, compiler):
+        assert os.getpgid(compiler) != worker  # its own group, out of reach of a signal to the worker's
         with gate.pausable(timeout=5) as hold:
-            hold.register(worker.pid)
+            hold.register(worker)
             with gate.exclusive(timeout=5):
                 _until(lambda: _state(compiler) == "T")
                 before = _cpu_seconds(compiler)
                 time.sleep(0.5)
                 during = _cpu_seconds(compiler) - before
             _until(lambda: _cpu_seconds(compiler) > before + 0.1)  # continued after
-    finally:
-        for pid in _descendants(worker.pid):
-            os.killpg(os.getpgid(pid), 9)
-        worker.kill()
-        worker.wait(5)
     assert during < 0.05  # the compiler had no CPU while the device was held alone
 
 
 def test_a_killed_compile_takes_the_compilers_ninja_started_with_it(tmp_path):
     # `Worker.kill` (a compile's timeout or a batch's deadline) ends the worker's group and every group below it: a
     # kill of the worker's group alone left ninja's compilers running on as orphans
-    import os
-    import shutil
-    import subprocess
-    import sys
-
     from kevin.sandbox._process import kill_tree
 
-    (tmp_path / "build.ninja").write_text(f"rule busy\n  command = {sys.executable} -c 'while True: pass'\n"
-                                          "build a: busy\n")
-    ninja = shutil.which("ninja", path=os.path.dirname(sys.executable)) or shutil.which("ninja")
-    worker = subprocess.Popen([ninja, "-C", str(tmp_path)], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    compilers = []
-    try:
-        _until(lambda: any(_cpu_seconds(pid) > 0.3 for pid in _descendants(worker.pid)))
-        compilers = _descendants(worker.pid)
-        compiler = next(pid for pid in compilers if _cpu_seconds(pid) > 0.3)
-        kill_tree(worker.pid)
-        worker.wait(5)
-        _until(lambda: _state(compiler) in ("Z", None))  # killed (a zombie until its parent, ninja's sh, is reaped)
-    finally:
-        for pid in compilers:  # (left running, should the kill have missed them)
-            if _state(pid) not in ("Z", None):
-                os.kill(pid, 9)
+    with _ninja_compile(tmp_path) as (worker, compiler):
+        kill_tree(worker)
+        _until(lambda: _state(compiler) in ("Z", None))  # killed (a zombie until ninja's sh reaps it)
 
 
 def _descendants(pid):
