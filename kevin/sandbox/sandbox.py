@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import logging
 import os
@@ -187,6 +189,9 @@ class DeviceGate:
     candidates waited seconds behind timings before their correctness runs could start, then the GPU idled
     while their outputs were compared).
     ``max_shared`` caps the shared holders at once (None: no cap): on a GPU each holds device memory.
+    Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
+    the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
+    timed in the order they were written and a group of them is judged as soon as its own timings are done.
     One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
@@ -197,6 +202,8 @@ class DeviceGate:
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
+        self._queue: list[tuple[float, int]] = []  # ... and its (priority, ticket): the smallest is admitted first
+        self._tickets = itertools.count()
         self._pausable: dict[_PausableHold, int | None] = {}  # pausable() holders -> process group (None: not yet)
         self._stopped: dict[_PausableHold, float] = {}  # holders stopped by the exclusive() now held -> since when
         self._groups: dict[_PausableHold, set[int]] = {}  # ... and the process groups stopped for each (`_stop`)
@@ -249,20 +256,26 @@ class DeviceGate:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self, timeout: float | None = None, *, pause: bool = True) -> Iterator[None]:
+    def exclusive(self, timeout: float | None = None, *, pause: bool = True,
+                  priority: float | None = None) -> Iterator[None]:
         """The device alone; `_Cancelled` when ``timeout`` seconds pass first. Pausable holders' process groups are
-        stopped for the duration (`pausable`); with ``pause`` False it waits for them to leave instead (`alone`)."""
+        stopped for the duration (`pausable`); with ``pause`` False it waits for them to leave instead (`alone`).
+        Of the callers waiting, the one with the smallest ``priority`` (a `time.monotonic` reading; None: now) goes
+        first, ties in the order they came."""
         with self._cond:
             began = time.monotonic()
+            place = (began if priority is None else priority, next(self._tickets))
             self._waiting.append(began)
+            self._queue.append(place)
             self._unpaused_waiting += not pause  # so that a stream of new compiles cannot keep it out
             try:
                 admitted = self._cond.wait_for(
-                    lambda: not self._exclusive and not self._shared and (
+                    lambda: not self._exclusive and not self._shared and min(self._queue) == place and (
                         None not in self._pausable.values() if pause else not self._pausable),
                     timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
+                self._queue.remove(place)
                 self._unpaused_waiting -= not pause
                 self._cond.notify_all()
             if not admitted:
@@ -306,10 +319,10 @@ class DeviceGate:
             _signal_group(group, "SIGCONT")
             _stop_guard.continued(group)
 
-    def alone(self, timeout: float | None = None) -> Any:
+    def alone(self, timeout: float | None = None, *, priority: float | None = None) -> Any:
         """`exclusive` that waits for compiles to finish instead of stopping them: for a correctness run held alone,
         whose ``ModelNew.__init__`` may build an extension and wait on a lock that a stopped compile holds."""
-        return self.exclusive(timeout, pause=False)
+        return self.exclusive(timeout, pause=False, priority=priority)
 
 
 class _PausableHold:
@@ -488,7 +501,7 @@ class _JobState:
         self.run: Any = None
         self.on_cancel: Callable[[], None] | None = None
         self.phase = "queue"
-        self._since = time.monotonic()
+        self._since = self.arrived = time.monotonic()  # arrived: its place in the device's timing queue
         self.seconds: dict[str, float] = {}
 
     def enter(self, phase: str) -> None:
@@ -544,6 +557,8 @@ class _JobState:
 
 
 def _takes_timeout(fn: Any) -> bool:
+    """Whether ``fn`` is a `DeviceGate` method (or a partial of one), which takes the deadline as ``timeout``."""
+    fn = fn.func if isinstance(fn, functools.partial) else fn
     return getattr(fn, "__self__", None).__class__ is DeviceGate
 
 
@@ -801,10 +816,13 @@ class Sandbox:
                 marks["golden"] = time.monotonic()
                 state.check()
                 gate = self._devices.gates[slot]
+                first = state.arrived  # timed in the order the candidates arrived (`DeviceGate`)
+                checks = functools.partial(gate.alone, priority=first) if alone else gate.shared
                 result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
                                    reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
-                                   checks=state.within(gate.alone if alone else gate.shared, "correctness"),
-                                   timing=state.within(gate.exclusive, "timing"), libraries=libraries)
+                                   checks=state.within(checks, "correctness"),
+                                   timing=state.within(functools.partial(gate.exclusive, priority=first), "timing"),
+                                   libraries=libraries)
                 return dataclasses.replace(result, baselines_ms=dict(baselines)), zygote, True
             finally:
                 self._golden.release(golden_key)

@@ -56,6 +56,26 @@ def test_a_timing_waits_until_every_correctness_run_has_left():
     assert log == ["check in", "check out", "timing in", "timing out"]
 
 
+def test_waiting_timings_are_admitted_in_the_order_of_their_priority_not_of_their_wakeup():
+    # three timings queue behind a correctness run, the last-arrived candidate (priority 3.0) asking first; once the
+    # run leaves they hold the device one at a time, in priority order 1.0, 2.0, 3.0
+    gate, log = DeviceGate(), []
+    check, check_in, check_go = _start(gate.shared, log, "check")
+    assert check_in.wait(5)
+    timings = {}
+    for name, priority in (("third", 3.0), ("first", 1.0), ("second", 2.0)):
+        timings[name] = _start(lambda p=priority: gate.exclusive(timeout=10, priority=p), log, name)
+        _until(lambda n=len(timings): len(gate._queue) == n)  # this one waits before the next asks
+    check_go.set()
+    for _ in range(3):
+        _until(lambda: sum(entered.is_set() and not release.is_set() for _, entered, release in timings.values()))
+        inside = [name for name, (_, entered, release) in timings.items() if entered.is_set() and not release.is_set()]
+        timings[inside[0]][2].set()  # it leaves; the next in order may enter
+        timings[inside[0]][0].join(5)
+    check.join(5)
+    assert [line for line in log if line.endswith(" in")] == ["check in", "first in", "second in", "third in"]
+
+
 def test_a_correctness_run_arriving_soon_after_a_timing_began_to_wait_goes_first():
     # within the patience, b joins a's correctness runs ahead of the waiting timing; the timing then has the
     # device alone, after both have left

@@ -1,0 +1,93 @@
+"""Where a pipelined training step's time went: the policy's generate calls, the waits between them, and what the
+judged kernels spent their time on.
+
+    python benchmarks/loop_timeline.py RUN_LOG [ROLLOUTS_DIR]
+
+RUN_LOG is the log of `recipes/train_multiturn.py` (the ``kevin.core.rollout`` lines, time-stamped to the second);
+ROLLOUTS_DIR its ``rollouts/`` folder (``step_*.jsonl.gz``). Per step it prints the rollout's wall time, the generate
+calls (seconds, rows), and the seconds the policy sat idle waiting for verdicts, split into the wait before its
+second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
+(the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step, for the kernels
+judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+GENERATED = re.compile(r"^(\d\d):(\d\d):(\d\d) .*kevin\.core\.rollout: turn [\d,]+/\d+: (\d+) responses .*? in "
+                       r"([\d.]+)s after ([\d.]+)s waiting")
+ENDED = re.compile(r"^(\d\d):(\d\d):(\d\d) .*kevin\.core\.rollout: rollout in ([\d.]+)s")
+PHASES = ("queue", "compile", "golden", "correctness", "timing")
+
+
+def _clock(h: str, m: str, s: str) -> int:
+    return int(h) * 3600 + int(m) * 60 + int(s)
+
+
+def rollouts_in_log(text: str) -> list[dict]:
+    """Each rollout's generate calls as (end second, seconds, waited, rows) and its end and wall seconds."""
+    out, calls = [], []
+    for line in re.split(r"[\r\n]+", text):
+        if g := GENERATED.search(line):
+            calls.append((_clock(*g.group(1, 2, 3)), float(g.group(5)), float(g.group(6)), int(g.group(4))))
+        elif e := ENDED.search(line):
+            out.append({"calls": calls, "end": _clock(*e.group(1, 2, 3)), "wall": float(e.group(4))})
+            calls = []
+    return out
+
+
+def waits(rollout: dict) -> dict[str, float]:
+    """The policy's idle seconds: before its second call, between later calls, after its last (to the second)."""
+    start = rollout["end"] - rollout["wall"]
+    spans = [(end - seconds, end) for end, seconds, _, _ in rollout["calls"]]  # (the device wait counts as idle)
+    gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
+    return {"before first": max(0.0, spans[0][0] - start) if spans else rollout["wall"],
+            "first turn": gaps[0] if gaps else 0.0, "between": sum(gaps[1:]),
+            "tail": max(0.0, rollout["end"] - spans[-1][1]) if spans else 0.0}
+
+
+def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
+    """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused."""
+    phases: dict[str, list[float]] = defaultdict(list)
+    fresh = reused = 0
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            for turn in json.loads(line)["turns"]:
+                details = turn["result"].get("details") or {}
+                if "phase_seconds" not in details:
+                    continue  # never reached the sandbox
+                if details.get("reused"):
+                    reused += 1
+                    continue
+                fresh += 1
+                for phase in PHASES:
+                    phases[phase].append(float(details["phase_seconds"].get(phase, 0.0)))
+    return phases, fresh, reused
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit(__doc__)
+    steps = rollouts_in_log(Path(argv[0]).read_text(errors="replace"))
+    files = sorted(Path(argv[1]).glob("step_*.jsonl.gz")) if len(argv) > 1 else []
+    for k, rollout in enumerate(steps, 1):
+        w = waits(rollout)
+        calls = ", ".join(f"{s:.1f}s/{rows}" for _, s, _, rows in rollout["calls"])
+        idle = sum(w.values())
+        print(f"step {k}: rollout {rollout['wall']:.1f}s; generate calls (s/rows) {calls}; policy idle {idle:.0f}s = "
+              + ", ".join(f"{name} {v:.0f}" for name, v in w.items()))
+        if k <= len(files):
+            phases, fresh, reused = kernel_phases(files[k - 1])
+            if fresh:
+                print(f"  {fresh} kernels judged afresh, {reused} reused; phase seconds mean/max: " + ", ".join(
+                    f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
