@@ -26,8 +26,13 @@ if [ "${TESTS_S:-0}" -gt 0 ]; then
 fi
 
 echo "== warm start (t=$SECONDS s)"
-timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
-  --threads 8 --output_dir "$R/starter" --overwrite ${WARM_ARGS:-} > "$OUT/warmstart.log" 2>&1; echo "rc=$?" >> "$OUT/warmstart.log"
+warm() {
+  timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
+    --threads 8 --output_dir "$R/starter" --overwrite ${WARM_ARGS:-} "$@" >> "$OUT/warmstart.log" 2>&1
+}
+# a diverged warm start (non-finite weights) is refused; once, it is trained again at a lower learning rate
+warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
+if [ $rc -ne 0 ] && grep -q "diverged" "$OUT/warmstart.log"; then warm --lr "${RETRY_LR:-3e-4}"; echo "rc=$?" >> "$OUT/warmstart.log"; fi
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
 
 echo "== RL (t=$SECONDS s)"

@@ -328,6 +328,7 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
         )
         trainer = Trainer(model=model, args=args, train_dataset=kept, data_collator=_collate(tokenizer.pad_token_id))
         result = trainer.train()
+    diverged(trainer.model, trainer.state.log_history, cfg)
     model = sharpen_logits(trainer.model.to(torch.float32).eval(), cfg.sharpen)
     model.config.use_cache = True  # Trainer turned it off; saved off, generation would recompute the whole prefix
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -343,6 +344,22 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
         _save(model, tokenizer, cfg, stats, Path(output_dir))
         _say(f"saved to {output_dir}", progress)
     return model, tokenizer, stats
+
+
+def diverged(model: Any, log_history: list[dict], cfg: StarterConfig) -> None:
+    """Raise when training left a weight non-finite: a starter that would sample from NaN probabilities must not be
+    saved. Trainer logs a NaN loss as 0 (``logging_nan_inf_filter``), so the message names the first logged epoch
+    whose gradient norm was not finite. Seen once at the medium layout with bf16 and lr 1e-3 on a GPU."""
+    import math
+
+    import torch
+
+    if all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        return
+    first = next((h.get("epoch") for h in log_history if not math.isfinite(float(h.get("grad_norm", 0.0)))), None)
+    where = f"; the gradient norm was first logged non-finite at epoch {first:.2f}" if first is not None else ""
+    raise FloatingPointError(f"the warm start diverged: weights became non-finite{where}. Train again with a lower "
+                             f"--lr (now {cfg.lr:g})" + (" or with --bf16 false" if cfg.bf16 else ""))
 
 
 def sharpen_logits(model: Any, factor: float) -> Any:

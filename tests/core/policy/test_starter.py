@@ -210,3 +210,13 @@ def test_packed_weights_over_the_limit_are_not_shipped(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="over the 1,000"):
         starter.ship_starter(trained, "cpu-test-0000", root=tmp_path / "package")
     assert not any((tmp_path / "package").iterdir())  # nothing left behind
+
+
+def test_a_warm_start_whose_weights_went_nan_is_refused_with_the_epoch_and_advice():
+    model = torch.nn.Linear(2, 2)
+    history = [{"epoch": 5.1, "grad_norm": 1.2, "loss": 0.6}, {"epoch": 5.34, "grad_norm": float("nan"), "loss": 0.5}]
+    starter.diverged(model, history, StarterConfig())  # finite weights: nothing to say
+    with torch.no_grad():
+        model.weight[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"epoch 5\.34.*--lr \(now 0\.001\)"):
+        starter.diverged(model, history, StarterConfig())
