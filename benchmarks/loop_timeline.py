@@ -5,8 +5,8 @@ judged kernels spent their time on.
 
 RUN_LOG is the log of `recipes/train_multiturn.py` (the ``kevin.core.rollout`` lines, time-stamped to the second);
 ROLLOUTS_DIR its ``rollouts/`` folder (``step_*.jsonl.gz``). Per step it prints the rollout's wall time, the generate
-calls (seconds, rows), and the seconds the policy sat idle waiting for verdicts, split into the wait before its
-second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
+calls (seconds, rows), and the seconds the policy sat idle, split into the set-up before its first call, the wait
+for verdicts before its second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
 (the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step, for the kernels
 judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox.
 """
@@ -43,11 +43,12 @@ def rollouts_in_log(text: str) -> list[dict]:
 
 
 def waits(rollout: dict) -> dict[str, float]:
-    """The policy's idle seconds: before its second call, between later calls, after its last (to the second)."""
+    """The policy's idle seconds (to the second): before its first call (prompts built), before its second (the first
+    turn's kernels judged), between later calls, after its last."""
     start = rollout["end"] - rollout["wall"]
     spans = [(end - seconds, end) for end, seconds, _, _ in rollout["calls"]]  # (the device wait counts as idle)
     gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
-    return {"before first": max(0.0, spans[0][0] - start) if spans else rollout["wall"],
+    return {"setup": max(0.0, spans[0][0] - start) if spans else rollout["wall"],
             "first turn": gaps[0] if gaps else 0.0, "between": sum(gaps[1:]),
             "tail": max(0.0, rollout["end"] - spans[-1][1]) if spans else 0.0}
 
@@ -60,8 +61,8 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
         for line in f:
             for turn in json.loads(line)["turns"]:
                 details = turn["result"].get("details") or {}
-                if "phase_seconds" not in details:
-                    continue  # never reached the sandbox
+                if "phase_seconds" not in details or turn["result"]["status"] == "format_error":
+                    continue  # never reached the sandbox, or stopped by its static checks
                 if details.get("reused"):
                     reused += 1
                     continue

@@ -31,7 +31,7 @@ warm() {
     --threads 8 --output_dir "$R/starter" --overwrite ${WARM_ARGS:-} "$@" >> "$OUT/warmstart.log" 2>&1
 }
 # a diverged warm start (non-finite weights) is refused; once, it is trained again at a lower learning rate
-warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
+: > "$OUT/warmstart.log"; warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
 if [ $rc -ne 0 ] && grep -q "diverged" "$OUT/warmstart.log"; then warm --lr "${RETRY_LR:-3e-4}"; echo "rc=$?" >> "$OUT/warmstart.log"; fi
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
 

@@ -202,7 +202,7 @@ class DeviceGate:
         self._shared = 0  # holders of shared()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
-        self._queue: list[tuple[float, int]] = []  # ... and its (priority, ticket): the smallest is admitted first
+        self._queue: list[tuple[float, int, bool]] = []  # ... and its (priority, ticket, pause): smallest goes first
         self._tickets = itertools.count()
         self._pausable: dict[_PausableHold, int | None] = {}  # pausable() holders -> process group (None: not yet)
         self._stopped: dict[_PausableHold, float] = {}  # holders stopped by the exclusive() now held -> since when
@@ -260,18 +260,19 @@ class DeviceGate:
                   priority: float | None = None) -> Iterator[None]:
         """The device alone; `_Cancelled` when ``timeout`` seconds pass first. Pausable holders' process groups are
         stopped for the duration (`pausable`); with ``pause`` False it waits for them to leave instead (`alone`).
-        Of the callers waiting, the one with the smallest ``priority`` (a `time.monotonic` reading; None: now) goes
-        first, ties in the order they came."""
+        Of the callers that could go now, the one with the smallest ``priority`` (a `time.monotonic` reading; None:
+        now) goes first, ties in the order they came: one waiting for compiles to leave never holds back one that
+        may stop them."""
         with self._cond:
             began = time.monotonic()
-            place = (began if priority is None else priority, next(self._tickets))
+            place = (began if priority is None else priority, next(self._tickets), pause)
             self._waiting.append(began)
             self._queue.append(place)
             self._unpaused_waiting += not pause  # so that a stream of new compiles cannot keep it out
             try:
                 admitted = self._cond.wait_for(
-                    lambda: not self._exclusive and not self._shared and min(self._queue) == place and (
-                        None not in self._pausable.values() if pause else not self._pausable),
+                    lambda: not self._exclusive and not self._shared and self._ready(pause) and not any(
+                        other < place and self._ready(other[2]) for other in self._queue),
                     timeout=_bounded(timeout))
             finally:
                 self._waiting.remove(began)
@@ -293,6 +294,10 @@ class DeviceGate:
                     hold.paused += now - self._stopped.pop(hold)
                 self._exclusive = False
                 self._cond.notify_all()
+
+    def _ready(self, pause: bool) -> bool:
+        """Whether the compiles let an exclusive caller in: all registered (to be stopped), or, not pausing, none."""
+        return None not in self._pausable.values() if pause else not self._pausable
 
     def _stop(self, roots: dict["_PausableHold", int]) -> None:
         """SIGSTOP each holder's process group and every group below it (`_process.groups_under`: ninja runs each
@@ -939,7 +944,8 @@ class Sandbox:
         gate = self._devices.gates[slot]
         return _golden_run.run_golden(
             [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
-            baseline_keys=frozenset({key}) if need_baseline else frozenset(), shared=gate.shared, alone=gate.exclusive,
+            baseline_keys=frozenset({key}) if need_baseline else frozenset(), shared=gate.shared,
+            alone=functools.partial(gate.exclusive, priority=float("-inf")),  # a task's candidates all wait for it
         )[key]
 
 

@@ -315,6 +315,30 @@ def test_a_timing_waits_for_a_compile_that_has_not_registered_its_process_yet():
             proc.wait(5)
 
 
+def test_an_earlier_caller_waiting_for_compiles_to_leave_does_not_hold_back_a_timing_that_stops_them():
+    # "alone" (priority 1) waits until the registered compile leaves; the timing (priority 2) may stop the compile,
+    # so it goes first, and "alone" follows once the compile has left
+    gate, log = DeviceGate(), []
+    with gate.pausable(timeout=5) as hold:
+        proc = _busy_group()
+        try:
+            hold.register(proc.pid)
+            a, a_in, a_go = _start(lambda: gate.alone(timeout=10, priority=1.0), log, "alone")
+            _until(lambda: len(gate._queue) == 1)
+            t, t_in, t_go = _start(lambda: gate.exclusive(timeout=10, priority=2.0), log, "timing")
+            assert t_in.wait(5) and not a_in.is_set()
+            t_go.set()
+            t.join(5)
+            assert not a_in.wait(0.3)  # the compile still holds its admission
+        finally:
+            proc.kill()
+            proc.wait(5)
+    assert a_in.wait(5)
+    a_go.set()
+    a.join(5)
+    assert log == ["timing in", "timing out", "alone in", "alone out"]
+
+
 def test_a_new_compile_waits_while_a_timing_holds_the_device():
     gate, log = DeviceGate(), []
     t, t_in, t_go = _start(gate.exclusive, log, "timing")

@@ -4,7 +4,7 @@ Used only inside worker processes (it imports torch). One timed call is:
 
     args = fresh.make(source, seed)      # outside the window: a source set permuted by a seeded permutation and
                                          # gathered into new buffers (or copied into the previous call's buffers)
-    pre.record()                         # CUDA only: reached at once (the last call ended with a synchronize)
+    pre.record()                         # CUDA only: after the harness's own copies on this stream
     reset persisting L2; flush.zero_()   # CUDA only: a write of max(2 x L2, 256 MB) evicts the inputs (hack D7)
     torch.cuda._sleep(cover)             # CUDA only: the GPU waits launch_cover_us before the start event
     start.record(); out = call(args); end.record(); end.synchronize()                          # CUDA
@@ -23,9 +23,11 @@ measures it, unless one of two things happened after the call's stream reached i
 - the last event came late (end -> fin above ``late_limit_ms``: its median with no call + 0.2 ms): something
   held the harness's own thread back after the stream's end, while work elsewhere could finish unseen.
 
-Then the sample is start -> fin less that median (at most 0.05 ms), and never less than start -> end nor than
-pre -> fin less the lead (the least pre -> start with no call) and that median: work put on another stream runs
-beside the flush and the cover, and can hold the start event back until it is nearly done. The flush
+Then the sample is start -> fin less that median (at most 0.05 ms), and never less than start -> end; when the
+synchronize waited, never less than pre -> fin less the lead (the median pre -> start with no call) and that median
+either: work put on another stream runs beside the flush and the cover, and can hold the start event back until it is
+nearly done. Work on another stream that ends before the call's own stream does is not seen: the flush and the cover
+(about 0.3 ms) bound what it can hide. The flush
 and the cover are the last things queued before the start event, so the GPU is still busy with them while the
 host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
 (in a candidate's process on an H200 the launch takes 0.13-0.20 ms at the 90th percentile;
@@ -127,7 +129,7 @@ class TimingRun:
     l2_reset: bool = False
     cover_cycles: int = 0
     tail_limit_ms: float = 0.0
-    lead_ms: float = 0.0  # CUDA: the least GPU time from before the flush to the start event, with no call
+    lead_ms: float = 0.0  # CUDA: the median GPU time from before the flush to the start event, with no call
     late_limit_ms: float = 0.0
     n_tail: int = 0  # CUDA trials timed to the last event (work outlived the call's stream, or the host came back late)
     n_waited: int = 0  # ... of them because the synchronize waited
@@ -389,7 +391,7 @@ def time_calls(
         if cuda:
             pre, start, end, fin = (torch.cuda.Event(enable_timing=True) for _ in range(4))
             with harness():
-                pre.record()  # reached at once: the last call ended with a device-wide synchronize
+                pre.record()  # after the harness's copies for this call, which run on this stream before it
                 reset_persisting_l2()
                 flush.zero_()
                 if cover:
@@ -411,11 +413,12 @@ def time_calls(
             wall, launch = (w1 - w0) * 1e3, (launched - w0) * 1e3
             stream_ms = start.elapsed_time(end)
             if waited or late:
-                # from the start event, or from before the flush less its usual lead: work the call put on another
-                # stream runs beside the flush and the cover and can hold the start event back (seen on an H100: a
-                # 2.4 ms side-stream matmul read 0.45 ms from the start event)
-                since = max(start.elapsed_time(fin), pre.elapsed_time(fin) - run.lead_ms) - run.overhead_ms
-                return max(stream_ms, since), wall, out, (waited, late), launch
+                since = start.elapsed_time(fin)
+                if waited:  # work the call put on another stream runs beside the flush and the cover and can hold
+                    # the start event back (on an H100 a 2.4 ms side-stream matmul read 0.45 ms from it): from before
+                    # the flush, less the lead that the flush and the cover take alone
+                    since = max(since, pre.elapsed_time(fin) - run.lead_ms)
+                return max(stream_ms, since - run.overhead_ms), wall, out, (waited, late), launch
             return stream_ms, wall, out, (False, False), launch
         w0 = clock()
         out = fn(args)
@@ -590,12 +593,13 @@ def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int
     """The timer's own latency, from the timed call's sequence with no call (``pre; flush; cover; start; end;
     end.synchronize(); synchronize(); fin; synchronize()``): (median end -> fin, the GPU time from the stream's
     end to the last event; the tail limit: min(twice the median of |first - second synchronize's host time|
-    + 0.02 ms, 0.1 ms), the quantity a timed call is judged on; the lead: the least pre -> start, the flush and
-    the cover on an otherwise idle GPU)."""
+    + 0.02 ms, 0.1 ms), the quantity a timed call is judged on; the lead: the median pre -> start, the flush and
+    the cover with nothing beside them)."""
     latency, waits, leads = [], [], []
     for _ in range(n):
         pre, start, end, fin = (torch.cuda.Event(enable_timing=True) for _ in range(4))
         pre.record()
+        reset_persisting_l2()  # (the timed call's own sequence, so that its lead is the same)
         flush.zero_()
         if cover:
             torch.cuda._sleep(cover)
@@ -610,4 +614,4 @@ def _cuda_sync_overhead_ms(flush: torch.Tensor, device: torch.device, cover: int
         waits.append(abs((h1 - h0) - (clock() - h1)) * 1e3)
         latency.append(end.elapsed_time(fin))
         leads.append(pre.elapsed_time(start))
-    return median(latency), min(2 * median(waits) + 0.02, TAIL_LIMIT_CAP_MS), min(leads)
+    return median(latency), min(2 * median(waits) + 0.02, TAIL_LIMIT_CAP_MS), median(leads)
