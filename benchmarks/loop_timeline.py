@@ -20,9 +20,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-GENERATED = re.compile(r"^(\d\d):(\d\d):(\d\d) .*kevin\.core\.rollout: turn [\d,]+/\d+: (\d+) responses .*? in "
+# (searched, not matched: a progress bar may share the line)
+GENERATED = re.compile(r"(\d\d):(\d\d):(\d\d) \S*kevin\.core\.rollout: turn [\d,]+/\d+: (\d+) responses .*? in "
                        r"([\d.]+)s after ([\d.]+)s waiting")
-ENDED = re.compile(r"^(\d\d):(\d\d):(\d\d) .*kevin\.core\.rollout: rollout in ([\d.]+)s")
+ENDED = re.compile(r"(\d\d):(\d\d):(\d\d) \S*kevin\.core\.rollout: rollout in ([\d.]+)s")
 PHASES = ("queue", "compile", "golden", "correctness", "timing")
 
 

@@ -314,7 +314,8 @@ class CandidateRun:
         ``libraries()``, a shared hold, for the built-library checks after each (`check_libraries`).
         ``reference_ms`` (the reference's eager time per call) bounds the correctness run
         (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
-        of both sides, moved there), inside ``checks()`` when that is the timed device.
+        of both sides, moved there): the correctness sets' inside ``checks()``, the timed calls' rechecks inside
+        ``timing()``, each before the device is handed on.
         """
         config = self.config
         marks: dict[str, float] = {}
@@ -339,7 +340,12 @@ class CandidateRun:
             marks["checked"] = time.monotonic()
             if msg is None or msg.event != "outputs":  # killed before the device is handed on
                 return self._crash(msg, deadline, limit)
-        self.details["seconds_to_outputs"] = round(time.monotonic() - t_go, 3)
+            # The parent's comparisons run on the device a timing is measured on (the CPU backend's cores, or the
+            # GPU), so inside this hold, which no timing overlaps: released and asked for again, the hold would wait
+            # behind every timing queued meanwhile. Decided below, after the checks that come first.
+            verdict = self._compare_sets(golden, compare_on)
+            marks["compared"] = time.monotonic()
+        self.details["seconds_to_outputs"] = round(marks["checked"] - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded
         failed = self.check_libraries(libraries)
@@ -357,11 +363,6 @@ class CandidateRun:
             self.details["violations"] = violations
             self.details["rules"] = _rules(msg)
             return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
-        # The parent's comparisons run on the device a timing is measured on (the CPU backend's cores, or the
-        # GPU): they hold it like a correctness run, so they never overlap a timing.
-        comparing = checks if self.backend == "cpu" or compare_on != "cpu" else contextlib.nullcontext
-        with comparing():
-            verdict = self._compare_sets(golden, compare_on)
         if not verdict.ok:
             message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
             return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
@@ -370,7 +371,6 @@ class CandidateRun:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        marks["compared"] = time.monotonic()
         with timing():
             t_time = marks["timing"] = time.monotonic()
             self.worker.send("time")
@@ -379,6 +379,10 @@ class CandidateRun:
             marks["timed"] = time.monotonic()
             if msg is None or msg.event != "report":  # killed before the device is handed on
                 return self._crash(msg, deadline, config.run_timeout_s)
+            # The rechecks are compared while the device is still held: asking for it again afterwards queued this
+            # kernel behind every timing waiting by then (about 10 s a kernel in a GPU training step).
+            recheck_failure = self._compare_rechecks(golden, compare_on)
+            marks["rechecked"] = time.monotonic()
         self.details["run_seconds"] = round(marks["checked"] - t_go + marks["timed"] - t_time, 3)
 
         def bad(reason: str) -> EvalResult:
@@ -395,17 +399,11 @@ class CandidateRun:
             self.details["violations"] = violations
             self.details["rules"] = _rules(msg)
             return bad(violations[0])
-        re_path = os.path.join(self.scratch, "rechecks.safetensors")
-        with comparing():
-            for r, entry in enumerate(golden.meta["rechecks"]):
-                outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
-                if isinstance(outs, str):
-                    return bad(f"a timed call's output was not recorded: {outs}")
-                c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]), atol=config.atol,
-                                            rtol=config.rtol, label="a timed call (recheck)", device=compare_on)
-                if not c.ok:
-                    self.details["rules"] = ["dynamic/recheck"]
-                    return bad(c.reason + "; the outputs of timed calls must be as correct as the checked ones")
+        if recheck_failure is not None:
+            reason, rules = recheck_failure
+            if rules:
+                self.details["rules"] = rules
+            return bad(reason)
         events = {m.event: m for m in self.worker.messages}
         median, problem = report_median(report, events.get("timing_end"), config)
         if problem:
@@ -442,6 +440,21 @@ class CandidateRun:
         self.details["per_set"] = [{"ok": c.ok, "max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error}
                                    for c in comparisons]
         return compare.combine(comparisons)
+
+    def _compare_rechecks(self, golden: _golden_run.Golden, compare_on: str) -> tuple[str, list[str]] | None:
+        """The timed calls' recheck outputs against the golden ones (on ``compare_on``): the first failure's reason
+        and rules, or None when all match."""
+        config = self.config
+        re_path = os.path.join(self.scratch, "rechecks.safetensors")
+        for r, entry in enumerate(golden.meta["rechecks"]):
+            outs = _load_outputs(re_path, f"re{r}", entry["n_outputs"])
+            if isinstance(outs, str):
+                return f"a timed call's output was not recorded: {outs}", []
+            c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]), atol=config.atol,
+                                        rtol=config.rtol, label="a timed call (recheck)", device=compare_on)
+            if not c.ok:
+                return c.reason + "; the outputs of timed calls must be as correct as the checked ones", ["dynamic/recheck"]
+        return None
 
     def _crash(self, msg: _process.Message | None, deadline: float, limit_s: float) -> EvalResult:
         """The status for a run that ended without the message it owed: error, garbage, timeout or death."""

@@ -31,6 +31,26 @@ def test_a_second_evaluation_of_the_same_source_reuses_the_compiled_extension(fu
     assert r.details["compile_seconds"] < warm_builds["relu"].details["compile_seconds"]
 
 
+def test_the_timed_calls_are_rechecked_while_the_timing_still_holds_the_device(full_sandbox, warm_builds, monkeypatch):
+    # asking for the device again after the timing queued each kernel behind every timing waiting by then
+    from kevin.sandbox import _judge
+    from kevin.sandbox.sandbox import device_gate
+
+    gate, held = device_gate("cpu", "cpu"), []
+    compare_outputs = _judge.compare.compare_outputs
+
+    def spy(*args, **kwargs):
+        if "recheck" in kwargs.get("label", ""):
+            held.append(gate._exclusive)
+        return compare_outputs(*args, **kwargs)
+
+    monkeypatch.setattr(_judge.compare, "compare_outputs", spy)
+    full_sandbox.forget_verdicts()  # judged afresh, not a twin's verdict
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    assert r.status == "correct", r.feedback
+    assert held and all(held), held  # every recheck compared inside the timing's exclusive hold
+
+
 def test_evaluate_many_returns_results_in_job_order(full_sandbox, warm_builds):
     jobs = [
         (RELU_TASK, load_candidate("b1_zeros_output")),
