@@ -306,18 +306,17 @@ class CandidateRun:
     def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None, reference_ms: float | None = None,
               checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
               timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-              libraries: Callable[[], ContextManager[Any]] | None = None,
               compare_on: str = "cpu") -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
-        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone;
-        ``libraries()``, a shared hold, for the built-library checks after each (`check_libraries`).
+        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
         ``reference_ms`` (the reference's eager time per call) bounds the correctness run
         (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
         of both sides, moved there): the correctness sets' inside ``checks()``, the timed calls' rechecks inside
-        ``timing()``, each before the device is handed on.
+        ``timing()``, each before the device is handed on; so are the built-library checks after each on the CPU
+        backend, whose ``nm`` runs on the cores a timing is measured on (`check_libraries`).
         """
-        config = self.config
+        config, cpu = self.config, self.backend == "cpu"
         marks: dict[str, float] = {}
         self.details["marks"] = marks
         inputs = os.path.join(self.scratch, "inputs.safetensors")
@@ -340,29 +339,20 @@ class CandidateRun:
             marks["checked"] = time.monotonic()
             if msg is None or msg.event != "outputs":  # killed before the device is handed on
                 return self._crash(msg, deadline, limit)
-            # The parent's comparisons run on the device a timing is measured on (the CPU backend's cores, or the
-            # GPU), so inside this hold, which no timing overlaps: released and asked for again, the hold would wait
-            # behind every timing queued meanwhile. Decided below, after the checks that come first.
-            verdict = self._compare_sets(golden, compare_on)
+            # What the parent does with the outputs on the device a timing is measured on (comparisons on the GPU,
+            # or anything on the CPU backend's cores, the built-library check's nm included) runs inside this hold,
+            # which no timing overlaps: released and asked for again, a hold waits behind every timing queued
+            # meanwhile. Decided below in the usual order: libraries, PyTorch operators, violations, outputs.
+            symbols = self._check_symbols() if cpu else None
+            rejected = self._outputs_rejected(msg) if symbols is None else None
+            verdict = self._compare_sets(golden, compare_on) if symbols is None and rejected is None else None
             marks["compared"] = time.monotonic()
         self.details["seconds_to_outputs"] = round(marks["checked"] - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded
-        failed = self.check_libraries(libraries)
-        if failed is not None:
-            return failed
-        torch_ops = msg.data.get("torch_ops")
-        if config.kernel_inventory and (not isinstance(torch_ops, dict) or torch_ops):
-            self.details["torch_ops"] = torch_ops
-            names = ", ".join(f"aten.{op}" for op in sorted(torch_ops or {})[:6]) or "(malformed inventory)"
-            return EvalResult("format_error", feedback.trim(
-                f"Format error: your forward called PyTorch operators ({names}) instead of doing the work in your "
-                "own kernel. Only allocation, copies and views may go through PyTorch."), details=self.details)
-        violations = _violations(msg)
-        if violations:
-            self.details["violations"] = violations
-            self.details["rules"] = _rules(msg)
-            return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
+        for failed in (symbols if cpu else self._check_symbols(), rejected):
+            if failed is not None:
+                return failed
         if not verdict.ok:
             message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
             return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
@@ -379,9 +369,12 @@ class CandidateRun:
             marks["timed"] = time.monotonic()
             if msg is None or msg.event != "report":  # killed before the device is handed on
                 return self._crash(msg, deadline, config.run_timeout_s)
-            # The rechecks are compared while the device is still held: asking for it again afterwards queued this
-            # kernel behind every timing waiting by then (about 10 s a kernel in a GPU training step).
-            recheck_failure = self._compare_rechecks(golden, compare_on)
+            # Likewise inside this hold (asked for again, the device came back only after every timing waiting by
+            # then: about 10 s a kernel in a GPU training step): the rechecks' comparison, and on the CPU backend
+            # the built-library check, again after timing, so that a library loaded late is checked too.
+            symbols = self._check_symbols() if cpu else None
+            violations = _violations(msg)
+            recheck_failure = self._compare_rechecks(golden, compare_on) if symbols is None and not violations else None
             marks["rechecked"] = time.monotonic()
         self.details["run_seconds"] = round(marks["checked"] - t_go + marks["timed"] - t_time, 3)
 
@@ -389,12 +382,11 @@ class CandidateRun:
             return EvalResult("incorrect", feedback.incorrect_feedback(reason), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        failed = self.check_libraries(libraries)  # and after timing: a library loaded late is checked too
+        failed = symbols if cpu else self._check_symbols()
         if failed is not None:
             return failed
         report = msg.data.get("timing") if isinstance(msg.data.get("timing"), dict) else {}
         self.details["timing"] = report
-        violations = _violations(msg)
         if violations:
             self.details["violations"] = violations
             self.details["rules"] = _rules(msg)
@@ -440,6 +432,23 @@ class CandidateRun:
         self.details["per_set"] = [{"ok": c.ok, "max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error}
                                    for c in comparisons]
         return compare.combine(comparisons)
+
+    def _outputs_rejected(self, msg: _process.Message) -> EvalResult | None:
+        """The verdict of a correctness run whose report already rejects it: PyTorch compute operators in its forward
+        (``format_error``) or a violation its process saw (``incorrect``); None when its outputs are to be compared."""
+        torch_ops = msg.data.get("torch_ops")
+        if self.config.kernel_inventory and (not isinstance(torch_ops, dict) or torch_ops):
+            self.details["torch_ops"] = torch_ops
+            names = ", ".join(f"aten.{op}" for op in sorted(torch_ops or {})[:6]) or "(malformed inventory)"
+            return EvalResult("format_error", feedback.trim(
+                f"Format error: your forward called PyTorch operators ({names}) instead of doing the work in your "
+                "own kernel. Only allocation, copies and views may go through PyTorch."), details=self.details)
+        violations = _violations(msg)
+        if violations:
+            self.details["violations"] = violations
+            self.details["rules"] = _rules(msg)
+            return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
+        return None
 
     def _compare_rechecks(self, golden: _golden_run.Golden, compare_on: str) -> tuple[str, list[str]] | None:
         """The timed calls' recheck outputs against the golden ones (on ``compare_on``): the first failure's reason

@@ -826,8 +826,7 @@ class Sandbox:
                 result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
                                    reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
                                    checks=state.within(checks, "correctness"),
-                                   timing=state.within(functools.partial(gate.exclusive, priority=first), "timing"),
-                                   libraries=libraries)
+                                   timing=state.within(functools.partial(gate.exclusive, priority=first), "timing"))
                 return dataclasses.replace(result, baselines_ms=dict(baselines)), zygote, True
             finally:
                 self._golden.release(golden_key)

@@ -151,6 +151,7 @@ def test_a_hung_correctness_run_is_killed_before_the_device_is_handed_on(tmp_pat
 
     run = object.__new__(_judge.CandidateRun)
     run.config, run.details, run.worker, run.scratch = SandboxConfig(run_timeout_s=0.2), {}, HungWorker(), str(tmp_path)
+    run.backend = "cpu"
     run.deadline = float("inf")
     inputs = tmp_path / "golden.safetensors"
     inputs.write_bytes(b"")

@@ -45,10 +45,33 @@ def test_the_timed_calls_are_rechecked_while_the_timing_still_holds_the_device(f
         return compare_outputs(*args, **kwargs)
 
     monkeypatch.setattr(_judge.compare, "compare_outputs", spy)
-    full_sandbox.forget_verdicts()  # judged afresh, not a twin's verdict
     r = full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
     assert r.status == "correct", r.feedback
     assert held and all(held), held  # every recheck compared inside the timing's exclusive hold
+
+
+def test_a_kernel_holds_the_device_for_its_checks_twice_and_never_asks_again_after_a_run(full_sandbox, warm_builds,
+                                                                                           monkeypatch):
+    # once for the built-library check after the compile, once for the correctness run; the comparisons and the
+    # library checks after each run happen inside the hold they follow, so none waits behind a queue of timings
+    import contextlib
+
+    from kevin.sandbox.sandbox import device_gate
+
+    gate, entries = device_gate("cpu", "cpu"), []
+    shared = gate.shared
+
+    @contextlib.contextmanager
+    def counted(timeout=None):
+        entries.append(1)
+        with shared(timeout):
+            yield
+
+    full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))  # its task's golden data computed before
+    monkeypatch.setattr(gate, "shared", counted)
+    r = full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    assert r.status == "correct", r.feedback
+    assert len(entries) == 2, entries
 
 
 def test_evaluate_many_returns_results_in_job_order(full_sandbox, warm_builds):
