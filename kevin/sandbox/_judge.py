@@ -350,9 +350,13 @@ class CandidateRun:
         self.details["seconds_to_outputs"] = round(marks["checked"] - t_go, 3)
         # again now that the forward has run: an ``imported`` line forged before the real import (the report
         # pipe is the candidate's to write) would have had the libraries checked before any was loaded
-        for failed in (symbols if cpu else self._check_symbols(), rejected):
-            if failed is not None:
-                return failed
+        failed = symbols if cpu else self._check_symbols()
+        if failed is not None:
+            return failed
+        if rejected is not None:
+            extra, status, message = rejected
+            self.details.update(extra)
+            return EvalResult(status, message, details=self.details)
         if not verdict.ok:
             message = feedback.incorrect_feedback(verdict.reason, verdict.max_abs_error, verdict.max_rel_error)
             return EvalResult("incorrect", message, max_abs_error=verdict.max_abs_error,
@@ -433,21 +437,20 @@ class CandidateRun:
                                    for c in comparisons]
         return compare.combine(comparisons)
 
-    def _outputs_rejected(self, msg: _process.Message) -> EvalResult | None:
-        """The verdict of a correctness run whose report already rejects it: PyTorch compute operators in its forward
-        (``format_error``) or a violation its process saw (``incorrect``); None when its outputs are to be compared."""
+    def _outputs_rejected(self, msg: _process.Message) -> tuple[dict[str, Any], str, str] | None:
+        """How a correctness run's own report rejects it, as (details to add, status, feedback): PyTorch compute
+        operators in its forward (``format_error``) or a violation its process saw (``incorrect``); None when its
+        outputs are to be compared. Nothing is recorded here: a built-library verdict may still come first."""
         torch_ops = msg.data.get("torch_ops")
         if self.config.kernel_inventory and (not isinstance(torch_ops, dict) or torch_ops):
-            self.details["torch_ops"] = torch_ops
             names = ", ".join(f"aten.{op}" for op in sorted(torch_ops or {})[:6]) or "(malformed inventory)"
-            return EvalResult("format_error", feedback.trim(
+            return {"torch_ops": torch_ops}, "format_error", feedback.trim(
                 f"Format error: your forward called PyTorch operators ({names}) instead of doing the work in your "
-                "own kernel. Only allocation, copies and views may go through PyTorch."), details=self.details)
+                "own kernel. Only allocation, copies and views may go through PyTorch.")
         violations = _violations(msg)
         if violations:
-            self.details["violations"] = violations
-            self.details["rules"] = _rules(msg)
-            return EvalResult("incorrect", feedback.incorrect_feedback(violations[0]), details=self.details)
+            return ({"violations": violations, "rules": _rules(msg)}, "incorrect",
+                    feedback.incorrect_feedback(violations[0]))
         return None
 
     def _compare_rechecks(self, golden: _golden_run.Golden, compare_on: str) -> tuple[str, list[str]] | None:
