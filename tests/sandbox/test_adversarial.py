@@ -217,9 +217,11 @@ def test_pytorch_compute_in_timed_calls_only_is_seen_by_the_watch_over_the_timin
 
 
 def test_kernelbench_rules_accept_an_nn_layer_held_only_for_its_weights(cache_dir, warm_builds):
+    # the rules are the static checks' and the operator inventory's; untimed, so that the other test worker's load
+    # cannot turn this into a test of the wall check (it once judged this kernel 1.022 ms a call against its 0.118)
     from sandbox_cases import LINEAR_RELU_TASK
 
-    r = Sandbox("cpu", _config(cache_dir, rules="kernelbench")).evaluate(
+    r = Sandbox("cpu", _config(cache_dir, rules="kernelbench", measure_speed=False)).evaluate(
         LINEAR_RELU_TASK, load_candidate("honest_kernelbench_linear_weights_cpu"))
     assert r.status == "correct", r.feedback
 
