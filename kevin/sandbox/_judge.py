@@ -374,7 +374,7 @@ class CandidateRun:
             if msg is None or msg.event != "report":  # killed before the device is handed on
                 return self._crash(msg, deadline, config.run_timeout_s)
             # Likewise inside this hold (asked for again, the device came back only after every timing waiting by
-            # then: about 10 s a kernel in a GPU training step): the rechecks' comparison, and on the CPU backend
+            # then): the rechecks' comparison, and on the CPU backend
             # the built-library check, again after timing, so that a library loaded late is checked too.
             symbols = self._check_symbols() if cpu else None
             violations = _violations(msg)

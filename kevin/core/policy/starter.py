@@ -349,7 +349,7 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
 def diverged(model: Any, log_history: list[dict], cfg: StarterConfig) -> None:
     """Raise when training left a weight non-finite: a starter that would sample from NaN probabilities must not be
     saved. Trainer logs a NaN loss as 0 (``logging_nan_inf_filter``), so the message names the first logged epoch
-    whose gradient norm was not finite. Seen once at the medium layout with bf16 and lr 1e-3 on a GPU."""
+    whose gradient norm was not finite (bf16 at lr 1e-3 can do this to the medium layout on a GPU)."""
     import math
 
     import torch

@@ -26,10 +26,9 @@ measures it, unless one of two things happened after the call's stream reached i
 Then the sample is start -> fin less that median (at most 0.05 ms), and never less than start -> end; when the
 synchronize waited, never less than pre -> fin less the lead (the median pre -> start with no call) and that median
 either: work put on another stream runs beside the flush and the cover, and can hold the start event back until it is
-nearly done. Work on another stream that ends before the call's own stream does is not seen: the flush and the cover
-(about 0.3 ms) bound what it can hide. The flush
-and the cover are the last things queued before the start event, so the GPU is still busy with them while the
-host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
+nearly done. Work on another stream that ends before the call's own stream does is not seen: the lead (the flush and
+the cover) bounds what it can hide. The flush and the cover are the last things queued before the start event, so the
+GPU is still busy with them while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
 (in a candidate's process on an H200 the launch takes 0.13-0.20 ms at the 90th percentile;
 `benchmarks/results/sandbox_h200.md`). Host work that reads the inputs cannot hide there: a copy to the host
 waits behind the flush and the cover. The runtime is the median of the samples.
@@ -415,8 +414,7 @@ def time_calls(
             if waited or late:
                 since = start.elapsed_time(fin)
                 if waited:  # work the call put on another stream runs beside the flush and the cover and can hold
-                    # the start event back (on an H100 a 2.4 ms side-stream matmul read 0.45 ms from it): from before
-                    # the flush, less the lead that the flush and the cover take alone
+                    # the start event back: from before the flush, less the lead that the flush and the cover take
                     since = max(since, pre.elapsed_time(fin) - run.lead_ms)
                 return max(stream_ms, since - run.overhead_ms), wall, out, (waited, late), launch
             return stream_ms, wall, out, (False, False), launch
