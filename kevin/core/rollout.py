@@ -25,8 +25,11 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they
   were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
   still in the sandbox; when the policy is free, one generate call covers every group that is due, unless another is
-  due before the call would end (`generate_now`). While kernels are in the sandbox, the generate call runs inside
-  the sandbox's ``device_in_use()``, so no kernel is timed while the policy uses the device. Which rows
+  due before the call would end (`generate_now`). A policy whose ``generate`` takes ``on_done`` (`streams`;
+  `kevin.core.policy.TransformersPolicy` does) hands each response over as soon as it stopped, and its kernel goes
+  to the sandbox then, while the call samples the longer ones: a call lasts as long as its longest response. While
+  kernels are in the sandbox or may be sent to it, the generate call runs inside the sandbox's ``device_in_use()``,
+  so no kernel is timed while the policy uses the device. Which rows
   share a generate call then depends on when verdicts arrive: a policy that samples from one random generator draws
   differently than in lockstep (the distribution of each response is the same). A sandbox's batch deadline
   (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call.
@@ -54,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import inspect
 import logging
 import sys
 import time
@@ -489,6 +493,7 @@ class _Pipeline:
         self.gate_wait_s = 0.0  # seconds the policy waited for the sandbox's devices (a timing running or queued)
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
+        self.stream = streams(policy)  # kernels sent as their responses finish, while the call goes on
 
     def run(self) -> None:
         try:
@@ -523,28 +528,45 @@ class _Pipeline:
         turns = sorted({self.next_turn[c] + 1 for c in groups})
         if self.bar is not None:
             self.bar.set_postfix_str(f"turn {','.join(map(str, turns))}: generating {len(rows)} responses")
+        early: list[bool] = []  # per response handed over before the call ended: whether its kernel went
+
+        def on_done(i: int, g: Any) -> None:
+            early.append(self._stage(rows[i], g))
+
         asked = time.perf_counter()
-        with _device_in_use(self.sandbox) if self.futures else contextlib.nullcontext():  # no timing meanwhile
+        # no timing while the policy computes: held whenever kernels are in the sandbox or may be sent during the call
+        with _device_in_use(self.sandbox) if self.futures or self.stream else contextlib.nullcontext():
             waited = time.perf_counter() - asked
-            generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows])
+            generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows],
+                                             on_done if self.stream else None)
         self.generate_s, self.gate_wait_s = seconds, self.gate_wait_s + waited
-        sent = 0
+        sent = sum(early)
         for k, g, cost in zip(rows, generations, share(seconds, _generation_weights(generations))):
-            p = self.parse(g)
-            verdict = _failed_verdict(g, p)
-            self.staged[k] = [g, p, verdict, cost]
-            if verdict is None:
-                self.waiting[self.group_of[k]] += 1
-                job = (self.tasks[self.slots[k][0]], p.code)
-                self.futures[self.pool.submit(_judge_one, self.sandbox, job, self.started, k)] = k
-                sent += 1
+            if k in self.staged:  # (handed over early)
+                self.staged[k][3] = cost
+            else:
+                sent += self._stage(k, g, cost)
         logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs after %.1fs waiting for the "
-                    "device; %d kernels to the sandbox, %d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
+                    "device; %d kernels to the sandbox (%d before the call ended), %d in it",
+                    ",".join(map(str, turns)), self.n_turns, len(rows),
                     sum(_generated_tokens(g) for g in generations) / len(rows), sum(g.truncated for g in generations),
-                    seconds, waited, sent, len(self.futures))
+                    seconds, waited, sent, sum(early), len(self.futures))
         for c in groups:
             if not self.waiting[c]:
                 self._close(c)
+
+    def _stage(self, k: int, g: Any, cost: float = 0.0) -> bool:
+        """Row ``k``'s response ``g`` waits for its group's turn to close; its kernel, if it has one, goes to the
+        sandbox (True). ``cost``: its generation seconds (set after the call for a response handed over early)."""
+        p = self.parse(g)
+        verdict = _failed_verdict(g, p)
+        self.staged[k] = [g, p, verdict, cost]
+        if verdict is not None:
+            return False
+        self.waiting[self.group_of[k]] += 1
+        job = (self.tasks[self.slots[k][0]], p.code)
+        self.futures[self.pool.submit(_judge_one, self.sandbox, job, self.started, k)] = k
+        return True
 
     def _judged(self, future: Future) -> None:
         k = self.futures.pop(future)
@@ -587,10 +609,11 @@ class _Pipeline:
                 self.history[k][t] = dataclasses.replace(self.history[k][t], evaluation_s=seconds)
 
 
-def _generate(policy: Any, conversations: list[list[dict]]) -> tuple[list[Any], float]:
-    """One ``policy.generate`` call: its generations and its wall seconds."""
+def _generate(policy: Any, conversations: list[list[dict]], on_done: Callable[[int, Any], None] | None = None
+              ) -> tuple[list[Any], float]:
+    """One ``policy.generate`` call (told ``on_done`` when given): its generations and its wall seconds."""
     start = time.perf_counter()
-    generations = policy.generate(conversations)
+    generations = policy.generate(conversations) if on_done is None else policy.generate(conversations, on_done=on_done)
     seconds = time.perf_counter() - start
     if len(generations) != len(conversations):
         raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
@@ -638,6 +661,15 @@ def _turn(g: Any, p: Any, r: EvalResult, generation_s: float, evaluation_s: floa
 
 def _generated_tokens(g: Any) -> int:
     return len(g.token_ids) or (getattr(g, "reported_generated_tokens", None) or 0)
+
+
+def streams(policy: Any) -> bool:
+    """Whether ``policy.generate`` takes ``on_done`` (`kevin.core.policy.TransformersPolicy` does): each response
+    handed over as soon as it is finished, before the call returns."""
+    try:
+        return "on_done" in inspect.signature(policy.generate).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _device_in_use(sandbox: Any) -> Any:

@@ -701,6 +701,54 @@ def test_a_generate_call_made_while_kernels_are_in_the_sandbox_holds_its_device_
     assert gate._shared == 0  # released after each call
 
 
+class _StreamingPolicy(_ByPromptPolicy):
+    """`_ByPromptPolicy` whose ``generate`` takes ``on_done``: it hands over the responses ``early(i)`` picks, then
+    sleeps ``sleep_s`` (its longer responses still being sampled) and records ``during()``."""
+
+    def __init__(self, sleep_s=0.0, during=None, early=lambda i: True, junk=lambda text: False):
+        super().__init__(junk=junk)
+        self.rest_s, self.rest_during, self.early = sleep_s, during, early
+
+    def generate(self, conversations, on_done=None):
+        out = super().generate(conversations)
+        for i, g in enumerate(out):
+            if on_done is not None and self.early(i):
+                on_done(i, g)
+        time.sleep(self.rest_s)
+        if self.rest_during is not None:
+            self.rest_during()
+        return out
+
+
+def test_kernels_handed_over_during_a_generate_call_are_judged_before_it_returns():
+    # 2 tasks x 2 trajectories; the call hands over its responses, then samples on for 0.3 s; a kernel takes 0.01 s
+    seen = []
+    inner = _SleepySandbox(seconds=lambda task, code: 0.01)
+    policy = _StreamingPolicy(sleep_s=0.3, during=lambda: seen.append(len(inner.batches)))
+    rollout(policy, _tasks(2), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False)
+    assert seen[0] == 4  # all four turn-1 kernels judged while the first call still ran
+
+
+def test_a_streaming_policy_gives_the_trajectories_of_one_that_hands_nothing_over():
+    # odd rows handed over early, even rows (and task 1's junk, a format error) only by the return
+    def run(policy):
+        sandbox = _KevinSandbox(_SleepySandbox(seconds=lambda task, code: 0.005 * (2 - int(task.task_id[1]))))
+        return rollout(policy, _tasks(3), sandbox, n_trajectories=2, n_turns=3, progress=False)
+
+    junk = lambda text: "# task 1" in text  # noqa: E731
+    plain = run(_ByPromptPolicy(junk=junk))
+    streamed = run(_StreamingPolicy(early=lambda i: i % 2 == 1, junk=junk))
+    assert _costless(streamed) == _costless(plain)
+
+
+def test_a_streaming_policys_first_call_holds_the_device_gate_with_nothing_yet_in_the_sandbox():
+    # a kernel handed over during the call could otherwise be timed while the policy computes
+    gate, seen = DeviceGate(), []
+    policy = _StreamingPolicy(during=lambda: seen.append(gate._shared), early=lambda i: False)
+    rollout(policy, _tasks(1), _KevinSandbox(_SleepySandbox(), gate), n_trajectories=2, n_turns=1, progress=False)
+    assert seen == [1] and gate._shared == 0
+
+
 def test_the_sandboxs_capacity_is_its_compile_workers_and_two_per_device(tmp_path):
     sandbox = Sandbox("cpu", SandboxConfig(workers=3, cache_dir=str(tmp_path)))  # (starts no process)
     assert sandbox.capacity == 3 + 2  # 3 compile workers, 2 more for the one device

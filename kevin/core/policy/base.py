@@ -55,7 +55,11 @@ def opens_thought(prompt_text: str) -> bool:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that samples one response per conversation and can count tokens of a text."""
+    """Anything that samples one response per conversation and can count tokens of a text.
+
+    A ``generate`` may also take a keyword ``on_done(i, generation)``, called with response i as soon as it is
+    finished, before the call returns (`TransformersPolicy` does): the pipelined rollout then judges its kernel
+    while the longer responses are still sampled."""
 
     def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]: ...
 

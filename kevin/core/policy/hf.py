@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from kevin.core.policy.base import (_THINK_TAIL, Generation, cut_at_stop, kv_bytes_per_token, left_pad, opens_thought,
                                     round_up, rows_in_budget)
@@ -71,6 +71,59 @@ def _logprob_recorder_class():
             return torch.stack(steps, dim=1) if steps else new_tokens.new_zeros((new_tokens.shape[0], 0), dtype=torch.float32)
 
     return LogprobRecorder
+
+
+def _finished_rows_class():
+    """A ``StoppingCriteria`` that stops nothing: it hands each row to ``on_row(i, ids, logprobs)`` once the row has
+    sampled a stop token, while ``generate`` goes on with the longer rows.
+
+    Called after each step with the ids ending in the token just sampled; the recorder (the last logits processor)
+    then holds that token's distribution in ``prev`` and every earlier token's log-prob in ``steps``. It reads the
+    device every ``every`` steps only, so generate's own deferred stop check keeps most of its benefit; a row that
+    stopped in between is handed over at the next read (its ids up to the current step, cut at the stop by the
+    caller). Rows at or past ``n_real`` (batch padding) are never handed over.
+    """
+    import torch
+    from transformers import StoppingCriteria
+
+    class FinishedRows(StoppingCriteria):
+        def __init__(self, prompt_len: int, stop_ids: Sequence[int], recorder: Any, n_real: int, on_row: Any,
+                     every: int = 8) -> None:
+            self.prompt_len, self.recorder, self.n_real, self.on_row, self.every = prompt_len, recorder, n_real, on_row, every
+            self.stop_ids = sorted(set(int(t) for t in stop_ids))
+            self.done: torch.Tensor | None = None  # [B] bool: sampled a stop token
+            self.told: torch.Tensor | None = None  # [B] bool: handed to on_row
+            self.calls = 0
+
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            b = input_ids.shape[0]
+            if self.done is None:
+                self.done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+                self.told = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+                self.told[self.n_real:] = True
+                self.stop = torch.tensor(self.stop_ids, dtype=torch.long, device=input_ids.device)
+            self.done |= torch.isin(input_ids[:, -1], self.stop)
+            self.calls += 1
+            if self.calls % self.every == 0:
+                self.hand_over(input_ids)
+            return torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+
+        def hand_over(self, input_ids: torch.Tensor) -> None:
+            """Every row that stopped and was not handed over yet, to ``on_row`` (one read of the device)."""
+            fresh = self.done & ~self.told
+            rows = fresh.nonzero().flatten().tolist()
+            if not rows:
+                return
+            self.told |= fresh
+            new = input_ids[rows, self.prompt_len:]  # [r, n]
+            n = new.shape[1]
+            earlier = torch.stack(self.recorder.steps[: n - 1], 1)[rows] if n > 1 else new.new_zeros((len(rows), 0))
+            last = self.recorder.prev[rows].gather(1, new[:, -1:])  # the newest token's log-prob [r, 1]
+            logprobs = torch.cat([earlier.float(), last.float()], 1).tolist()
+            for i, ids, lps in zip(rows, new.tolist(), logprobs):
+                self.on_row(i, ids, lps)
+
+    return FinishedRows
 
 
 def cache_budget_from_free_memory(device: Any, fraction: float = 0.5) -> int | None:
@@ -230,9 +283,10 @@ class TransformersPolicy:
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, conversations: Sequence[list[dict]]) -> list[Generation]:
+    def generate(self, conversations: Sequence[list[dict]], *,
+                 on_done: Callable[[int, Generation], None] | None = None) -> list[Generation]:
         prompts = [self.encode_conversation(m) for m in conversations]
-        return self.generate_from_ids(prompts)
+        return self.generate_from_ids(prompts, on_done=on_done)
 
     # -- engines -------------------------------------------------------------------------------------------
 
@@ -249,10 +303,14 @@ class TransformersPolicy:
             return self.mode
         return "static" if getattr(self.device, "type", str(self.device)) == "cuda" else "generate"
 
-    def generate_from_ids(self, prompts: Sequence[Sequence[int]]) -> list[Generation]:
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]], *,
+                          on_done: Callable[[int, Generation], None] | None = None) -> list[Generation]:
         """Sample one response per prompt (token ids already templated); order is kept.
 
-        The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
+        ``on_done(i, generation)``: told of response i as soon as it has sampled a stop token, while the call
+        goes on with longer ones (modes "generate" and "static"; the same ``Generation`` the call returns), so
+        that its kernel can be judged meanwhile. A response that runs to the token limit is told only by the
+        return. The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
         """
         if not prompts:
             return []
@@ -264,12 +322,18 @@ class TransformersPolicy:
         try:
             for start in range(0, len(prompts), size):
                 chunk = [list(p) for p in prompts[start : start + size]]
+                on_row = None
+                if on_done is not None:
+                    def on_row(i: int, ids: list[int], lps: list[float], start: int = start,
+                               chunk: list[list[int]] = chunk) -> None:
+                        on_done(start + i, self._finish(chunk[i], ids, lps))
                 if mode == "continuous":
                     raw = self._continuous(chunk)
                 else:
                     # several chunks: the last one is padded to the others' rows, so that the static KV cache and
                     # the compiled graphs keep one shape (a new row count reallocates the cache and recaptures)
-                    raw = self._generate(chunk, static=(mode == "static"), rows=size if len(prompts) > size else None)
+                    raw = self._generate(chunk, static=(mode == "static"), rows=size if len(prompts) > size else None,
+                                         on_row=on_row)
                 for prompt, (ids, lps) in zip(chunk, raw):
                     out.append(self._finish(prompt, ids, lps))
         finally:
@@ -336,14 +400,15 @@ class TransformersPolicy:
             **extra,
         )
 
-    def _generate(self, prompts: list[list[int]], *, static: bool,
-                  rows: int | None = None) -> list[tuple[list[int], list[float]]]:
+    def _generate(self, prompts: list[list[int]], *, static: bool, rows: int | None = None,
+                  on_row: Callable[[int, list[int], list[float]], None] | None = None
+                  ) -> list[tuple[list[int], list[float]]]:
         """One left-padded batch through our static-cache loop or HF ``generate``; per-row (ids, logprobs), padding kept.
 
         Static: the batch gets ``max(len(prompts), rows)`` rows rounded up to a multiple of 8 (dummy rows, which the
-        loop does not wait for)."""
+        loop does not wait for). ``on_row(i, ids, logprobs)``: row i as soon as it stopped (ids up to then)."""
         import torch
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+        from transformers import LogitsProcessorList, StoppingCriteriaList, TemperatureLogitsWarper, TopPLogitsWarper
 
         n_real = len(prompts)
         longest = max(len(p) for p in prompts)
@@ -378,7 +443,7 @@ class TransformersPolicy:
                     self.model, input_ids, attention_mask, max_new_tokens=self.max_new_tokens,
                     cache_length=self._cache_len, temperature=self.temperature, top_p=self.top_p,
                     stop_token_ids=self.stop_token_ids, compile_prefill=self.compile_prefill,
-                    fuse_projections=self.fuse_projections, wait_rows=n_real,
+                    fuse_projections=self.fuse_projections, wait_rows=n_real, on_row=on_row,
                 )
             return list(zip(sampled.tokens[:n_real].tolist(), sampled.logprobs[:n_real].tolist()))
 
@@ -389,6 +454,10 @@ class TransformersPolicy:
         if self.top_p < 1.0:
             processors.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
         processors.append(recorder)  # last: sees exactly the scores the token is drawn from
+        criteria = {}
+        if on_row is not None and self.stop_token_ids:
+            finished = _finished_rows_class()(input_ids.shape[1], self.stop_token_ids, recorder, n_real, on_row)
+            criteria = {"stopping_criteria": StoppingCriteriaList([finished])}
 
         with torch.no_grad():
             sequences = self.model.generate(
@@ -396,6 +465,7 @@ class TransformersPolicy:
                 attention_mask=attention_mask,
                 generation_config=self._generation_config(),
                 logits_processor=LogitsProcessorList(processors),
+                **criteria,
                 **self.generate_kwargs,
             )
         new_tokens = sequences[:, input_ids.shape[1] :]  # [B, n]

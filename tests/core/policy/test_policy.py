@@ -121,6 +121,55 @@ def test_sampling_logprobs_equal_teacher_forced_logprobs_of_the_tempered_nucleus
         torch.testing.assert_close(torch.tensor(g.logprobs), ref, atol=1e-4, rtol=1e-4)
 
 
+# --- responses handed over as they finish (on_done) ---------------------------------------------------------
+
+EVERY_TENTH = range(0, 2000, 10)  # stop ids: about one draw in ten ends a response of the random tiny model
+
+
+def _handed_over(tok, model, mode, stop_token_ids=EVERY_TENTH, max_new_tokens=64, seed=0):
+    """Six responses of the tiny model with ``on_done``: the returned generations, and each handed-over one with how
+    many forward passes the model had made by then."""
+    policy = TransformersPolicy(model, tok, max_new_tokens=max_new_tokens, mode=mode, stop_token_ids=stop_token_ids)
+    passes, told = [], {}
+    hook = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        torch.manual_seed(seed)
+        gens = policy.generate(CONVERSATIONS * 2, on_done=lambda i, g: told.setdefault(i, (g, len(passes))))
+    finally:
+        hook.remove()
+    return gens, told, len(passes)
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_a_response_handed_over_is_the_one_the_call_returns(tok, model, mode):
+    gens, told, _ = _handed_over(tok, model, mode)
+    assert told and all(told[i][0] == gens[i] for i in told)  # the same ids, log-probs, text and flags
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_every_response_that_stopped_a_read_before_the_longest_is_handed_over(tok, model, mode):
+    # the device is read every 8 steps (generate) or 16 (static): a response that stopped 16 or more tokens before
+    # the longest one ended was read as stopped before the call returned
+    gens, told, _ = _handed_over(tok, model, mode)
+    longest = max(len(g.token_ids) for g in gens)
+    early = {i for i, g in enumerate(gens) if not g.truncated and len(g.token_ids) <= longest - 16}
+    assert early and early <= set(told)
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_a_short_response_is_handed_over_while_a_longer_one_is_still_sampled(tok, model, mode):
+    gens, told, passes = _handed_over(tok, model, mode)
+    assert max(len(g.token_ids) for g in gens) > 16  # (seed 0: the call goes on past the first read of the device)
+    shortest = min(told, key=lambda i: len(gens[i].token_ids))
+    assert told[shortest][1] < passes  # told before the model's last forward pass of the call
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_a_response_cut_at_the_token_limit_is_not_handed_over(tok, model, mode):
+    gens, told, _ = _handed_over(tok, model, mode, stop_token_ids=(), max_new_tokens=6)
+    assert all(g.truncated for g in gens) and told == {}
+
+
 def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model):
     policy = TransformersPolicy(model, tok, max_new_tokens=2)
     g = policy.generate(CONVERSATIONS[:1])[0]

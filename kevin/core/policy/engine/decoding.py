@@ -350,6 +350,17 @@ def _sampling_contexts(fn: Callable[..., Sampled]) -> Callable[..., Sampled]:
     return wrapper
 
 
+def _hand_over(tokens: torch.Tensor, logprobs: torch.Tensor, done: torch.Tensor, told: torch.Tensor, n: int,
+               on_row: Callable[[int, list[int], list[float]], None]) -> torch.Tensor:
+    """Each row ``done`` but not ``told`` to ``on_row`` with its first ``n`` tokens and log-probs [B, >=n]; the
+    rows told since. One read of the device when a row stopped, one flag read when none did."""
+    fresh = done & ~told
+    rows = fresh.nonzero().flatten().tolist()
+    for i, ids, lps in zip(rows, tokens[rows, :n].tolist(), logprobs[rows, :n].tolist()):
+        on_row(i, ids, lps)
+    return told | fresh
+
+
 @_sampling_contexts
 @torch.no_grad()
 def sample_static(
@@ -369,6 +380,7 @@ def sample_static(
     prefill_rotary: bool | None = None,
     check_every: int = 16,
     wait_rows: int | None = None,
+    on_row: Callable[[int, list[int], list[float]], None] | None = None,
 ) -> Sampled:
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
 
@@ -383,6 +395,8 @@ def sample_static(
     stays). Stops
     early only when every row has produced a stop token (checked every ``check_every`` steps); with ``wait_rows``,
     when the first ``wait_rows`` rows have (the others are batch padding, whose tokens nobody reads).
+    ``on_row(i, tokens, logprobs)``: at those checks, each real row that has stopped since, with its tokens so far
+    (the caller cuts them at the stop), so that its response can be used before the longest row ends.
 
     The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
     wraps a model's forward in (a full fine-tune kept in fp32 under bf16 mixed precision). Under autocast the
@@ -431,6 +445,7 @@ def sample_static(
     done = torch.zeros(b, dtype=torch.bool, device=device)
     if wait_rows is not None:
         done[wait_rows:] = True  # padding rows never hold the loop back
+    told = done.clone()  # rows handed to on_row (padding rows never are)
     broken = torch.zeros((), dtype=torch.bool, device=device)  # a non-finite log-prob: NaN or inf logits
     position = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]: n_b, the first new token's position
     live = None  # [1] int32: slots written once this step's token is (the triton attention divides only those)
@@ -448,9 +463,12 @@ def sample_static(
             broken |= ~torch.isfinite(logprob).all()
             if stop.numel():
                 done |= torch.isin(token, stop)
-                if (t + 1) % check_every == 0 and bool(done.all()):
-                    n = t + 1
-                    break
+                if (t + 1) % check_every == 0:
+                    if on_row is not None:
+                        told = _hand_over(tokens, logprobs, done, told, t + 1, on_row)
+                    if bool(done.all()):
+                        n = t + 1
+                        break
             del logits  # a CUDA-graph output: the next replay overwrites it
             if t + 1 == max_new_tokens:
                 break
