@@ -523,6 +523,18 @@ def test_every_mode_on_cuda_returns_one_generation_per_prompt_with_logprobs(tok,
     assert all(math.isfinite(x) and x <= 0 for g in gens for x in g.logprobs)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_on_cuda_a_response_handed_over_early_is_the_one_the_call_returns(tok, mode):
+    # static: the compiled decoding step and its CUDA graphs, read between replays
+    model = build_tiny_model(tok, seed=6).to("cuda")
+    policy = TransformersPolicy(model, tok, max_new_tokens=64, mode=mode, stop_token_ids=EVERY_TENTH)
+    told = {}
+    torch.manual_seed(0)
+    gens = policy.generate(CONVERSATIONS * 3, on_done=lambda i, g: told.setdefault(i, g))
+    assert told and all(told[i] == gens[i] for i in told)
+
+
 # --- decode attention (kevin.core.policy.engine.attention) ----------------------------------------------------------
 
 
