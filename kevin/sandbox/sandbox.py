@@ -189,6 +189,9 @@ class DeviceGate:
     candidates waited seconds behind timings before their correctness runs could start, then the GPU idled
     while their outputs were compared).
     ``max_shared`` caps the shared holders at once (None: no cap): on a GPU each holds device memory.
+    ``in_use()`` is held while other work of this process computes on the device (a policy decoding between
+    evaluations): no timing starts meanwhile, and so correctness runs are admitted beside it whatever waits,
+    since holding them back could not let a timing in sooner.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
@@ -199,7 +202,8 @@ class DeviceGate:
         self.patience_s = patience_s
         self.max_shared = max_shared
         self._cond = threading.Condition()
-        self._shared = 0  # holders of shared()
+        self._shared = 0  # holders of shared() and in_use()
+        self._in_use = 0  # holders of in_use()
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
         self._queue: list[tuple[float, int, bool]] = []  # ... and its (priority, ticket, pause): smallest goes first
@@ -212,7 +216,7 @@ class DeviceGate:
     def _admits_shared(self) -> bool:
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
-        return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
+        return bool(self._in_use) or not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
 
     @contextlib.contextmanager
     def shared(self, timeout: float | None = None) -> Iterator[None]:
@@ -226,6 +230,23 @@ class DeviceGate:
         finally:
             with self._cond:
                 self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def in_use(self, timeout: float | None = None) -> Iterator[None]:
+        """Admission for other work on the device (a policy decoding), as a correctness run is admitted; while it
+        is held, no timing starts and correctness runs are admitted even past a waiting timing's patience."""
+        with self._cond:
+            if not self._cond.wait_for(self._admits_shared, timeout=_bounded(timeout)):
+                raise _Cancelled
+            self._shared += 1
+            self._in_use += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._in_use -= 1
                 self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -668,13 +689,14 @@ class Sandbox:
 
     @contextlib.contextmanager
     def device_in_use(self) -> Iterator[None]:
-        """Hold every device of this sandbox as a correctness run does: no kernel is timed meanwhile.
+        """Hold every device of this sandbox (`DeviceGate.in_use`): no kernel is timed meanwhile, while kernels
+        still compile and run their correctness checks.
 
         For a caller that computes on the same device between evaluations (a policy decoding while earlier
         kernels are judged), so that its work never lands inside a kernel's timing. Gates are taken in one order."""
         with contextlib.ExitStack() as stack:
             for slot in sorted(self._devices.gates, key=str):
-                stack.enter_context(self._devices.gates[slot].shared())
+                stack.enter_context(self._devices.gates[slot].in_use())
             yield
 
     # ------------------------------------------------------------------ stages

@@ -117,6 +117,47 @@ def test_a_timing_waiting_longer_than_the_patience_keeps_new_correctness_runs_ou
     assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
 
 
+def test_while_the_device_is_in_use_a_timing_waiting_past_the_patience_keeps_no_correctness_run_out():
+    # patience 0.3 s; a policy decodes (in_use) and a timing waits for it; b arrives 0.5 s into that wait: it goes in
+    # beside the decoding, since the timing could not start before the decoding ends anyway
+    gate, log = DeviceGate(patience_s=0.3), []
+    p, p_in, p_go = _start(gate.in_use, log, "policy")
+    assert p_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)  # past the patience
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert b_in.wait(5) and not t_in.is_set()
+    b_go.set()
+    _until(lambda: "b out" in log)
+    assert not t_in.wait(0.3)  # the decoding still holds the device
+    p_go.set()
+    assert t_in.wait(5)
+    t_go.set()
+    for th in (p, t, b):
+        th.join(5)
+    assert log == ["policy in", "b in", "b out", "policy out", "timing in", "timing out"]
+
+
+def test_once_the_device_is_no_longer_in_use_a_timing_past_the_patience_goes_before_new_correctness_runs():
+    gate, log = DeviceGate(patience_s=0.3), []
+    p, p_in, p_go = _start(gate.in_use, log, "policy")
+    assert p_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)  # past the patience
+    p_go.set()
+    assert t_in.wait(5)
+    b, b_in, b_go = _start(gate.shared, log, "b")
+    assert not b_in.wait(0.3)  # the timing holds the device alone
+    t_go.set()
+    assert b_in.wait(5)
+    b_go.set()
+    for th in (p, t, b):
+        th.join(5)
+    assert log == ["policy in", "policy out", "timing in", "timing out", "b in", "b out"]
+
+
 def test_two_sandboxes_on_the_cpu_share_one_gate(tmp_path):
     from kevin.sandbox import Sandbox, SandboxConfig
 
