@@ -32,7 +32,8 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   so no kernel is timed while the policy uses the device. Which rows
   share a generate call then depends on when verdicts arrive: a policy that samples from one random generator draws
   differently than in lockstep (the distribution of each response is the same). A sandbox's batch deadline
-  (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call.
+  (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call, which for a kernel sent
+  during a generate call includes the rest of that call (its timing waits for the call to end).
 
 Costs. ``Turn.generation_s`` is its generate call's wall time shared out in proportion to each response's sampled
 tokens (an API's reported counts when it gives no ids; characters when some response has neither; evenly when all
@@ -673,8 +674,8 @@ def streams(policy: Any) -> bool:
 
 
 def _device_in_use(sandbox: Any) -> Any:
-    """``sandbox.device_in_use()`` (kevin's `Sandbox`: its devices held as a correctness run holds them, so no
-    kernel is timed while the policy computes), or nothing for a sandbox without one."""
+    """``sandbox.device_in_use()`` (kevin's `Sandbox`: its devices held by `DeviceGate.in_use`, so no kernel is
+    timed while the policy computes, while correctness runs go on), or nothing for a sandbox without one."""
     hold = getattr(sandbox, "device_in_use", None)
     return hold() if callable(hold) else contextlib.nullcontext()
 

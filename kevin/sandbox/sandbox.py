@@ -213,10 +213,15 @@ class DeviceGate:
         self._groups: dict[_PausableHold, set[int]] = {}  # ... and the process groups stopped for each (`_stop`)
         self._unpaused_waiting = 0  # callers waiting in exclusive(pause=False): new pausable holders wait for them
 
-    def _admits_shared(self) -> bool:
+    def _admits_shared(self, in_use: bool = False) -> bool:
+        """Whether a correctness run (or, ``in_use``, other work) may hold the device now. A new ``in_use`` holder
+        keeps the patience rule even while another one holds the device: otherwise two overlapping holders could
+        keep a timing out for good."""
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
-        return bool(self._in_use) or not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
+        if self._in_use and not in_use:
+            return True
+        return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
 
     @contextlib.contextmanager
     def shared(self, timeout: float | None = None) -> Iterator[None]:
@@ -237,7 +242,7 @@ class DeviceGate:
         """Admission for other work on the device (a policy decoding), as a correctness run is admitted; while it
         is held, no timing starts and correctness runs are admitted even past a waiting timing's patience."""
         with self._cond:
-            if not self._cond.wait_for(self._admits_shared, timeout=_bounded(timeout)):
+            if not self._cond.wait_for(lambda: self._admits_shared(in_use=True), timeout=_bounded(timeout)):
                 raise _Cancelled
             self._shared += 1
             self._in_use += 1

@@ -725,8 +725,10 @@ def test_kernels_handed_over_during_a_generate_call_are_judged_before_it_returns
     seen = []
     inner = _SleepySandbox(seconds=lambda task, code: 0.01)
     policy = _StreamingPolicy(sleep_s=0.3, during=lambda: seen.append(len(inner.batches)))
-    rollout(policy, _tasks(2), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False)
+    trajs = rollout(policy, _tasks(2), _KevinSandbox(inner), n_trajectories=2, n_turns=2, progress=False)
     assert seen[0] == 4  # all four turn-1 kernels judged while the first call still ran
+    # each response's share of its call's seconds (at least 0.3 s a call, shared by 4), set after the call ended
+    assert all(turn.generation_s >= 0.07 for tr in trajs for turn in tr.turns)
 
 
 def test_a_streaming_policy_gives_the_trajectories_of_one_that_hands_nothing_over():

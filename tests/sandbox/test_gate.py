@@ -158,6 +158,36 @@ def test_once_the_device_is_no_longer_in_use_a_timing_past_the_patience_goes_bef
     assert log == ["policy in", "policy out", "timing in", "timing out", "b in", "b out"]
 
 
+def test_a_second_policy_hold_waits_for_a_timing_past_the_patience_so_overlapping_holds_cannot_starve_it():
+    gate, log = DeviceGate(patience_s=0.3), []
+    p, p_in, p_go = _start(gate.in_use, log, "policy 1")
+    assert p_in.wait(5)
+    t, t_in, t_go = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)  # past the patience
+    q, q_in, q_go = _start(gate.in_use, log, "policy 2")
+    assert not q_in.wait(0.3)  # not admitted beside policy 1: the timing goes once policy 1 lets go
+    p_go.set()
+    assert t_in.wait(5) and not q_in.is_set()
+    t_go.set()
+    assert q_in.wait(5)
+    q_go.set()
+    for th in (p, t, q):
+        th.join(5)
+    assert log == ["policy 1 in", "policy 1 out", "timing in", "timing out", "policy 2 in", "policy 2 out"]
+
+
+def test_a_sandboxs_device_in_use_is_the_gates_policy_hold(tmp_path):
+    from kevin.sandbox import Sandbox, SandboxConfig
+    from kevin.sandbox.sandbox import device_gate
+
+    sandbox = Sandbox("cpu", SandboxConfig(workers=1, cache_dir=str(tmp_path)))  # (starts no process)
+    gate = device_gate("cpu", "cpu")
+    with sandbox.device_in_use():
+        assert gate._in_use == 1  # correctness runs go on beside it past a waiting timing's patience
+    assert gate._in_use == 0
+
+
 def test_two_sandboxes_on_the_cpu_share_one_gate(tmp_path):
     from kevin.sandbox import Sandbox, SandboxConfig
 

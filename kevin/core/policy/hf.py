@@ -79,7 +79,7 @@ def _finished_rows_class():
 
     Called after each step with the ids ending in the token just sampled; the recorder (the last logits processor)
     then holds that token's distribution in ``prev`` and every earlier token's log-prob in ``steps``. It reads the
-    device every ``every`` steps only, so generate's own deferred stop check keeps most of its benefit; a row that
+    device every ``every`` steps only (one small read, beside generate's own stop check); a row that
     stopped in between is handed over at the next read (its ids up to the current step, cut at the stop by the
     caller). Rows at or past ``n_real`` (batch padding) are never handed over.
     """
@@ -307,10 +307,13 @@ class TransformersPolicy:
                           on_done: Callable[[int, Generation], None] | None = None) -> list[Generation]:
         """Sample one response per prompt (token ids already templated); order is kept.
 
-        ``on_done(i, generation)``: told of response i as soon as it has sampled a stop token, while the call
-        goes on with longer ones (modes "generate" and "static"; the same ``Generation`` the call returns), so
-        that its kernel can be judged meanwhile. A response that runs to the token limit is told only by the
-        return. The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
+        ``on_done(i, generation)``: told of response i, once, before the call returns, so that its kernel can be
+        judged meanwhile (the same ``Generation`` the call returns): in modes "generate" and "static" at the first
+        read of the stop flags after it sampled a stop token (every few steps) while its batch goes on with longer
+        responses, and, when a cache budget or ``batch_size`` splits the call into batches, every response of a
+        batch not told yet once that batch ends (a response run to the token limit among them). Responses of the
+        last batch that were not told by then come only with the return.
+        The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
         """
         if not prompts:
             return []
@@ -319,6 +322,7 @@ class TransformersPolicy:
         out: list[Generation] = []
         was_training = bool(getattr(self.model, "training", False))
         self.model.eval()
+        told: set[int] = set()
         try:
             for start in range(0, len(prompts), size):
                 chunk = [list(p) for p in prompts[start : start + size]]
@@ -326,6 +330,7 @@ class TransformersPolicy:
                 if on_done is not None:
                     def on_row(i: int, ids: list[int], lps: list[float], start: int = start,
                                chunk: list[list[int]] = chunk) -> None:
+                        told.add(start + i)
                         on_done(start + i, self._finish(chunk[i], ids, lps))
                 if mode == "continuous":
                     raw = self._continuous(chunk)
@@ -336,6 +341,11 @@ class TransformersPolicy:
                                          on_row=on_row)
                 for prompt, (ids, lps) in zip(chunk, raw):
                     out.append(self._finish(prompt, ids, lps))
+                if on_done is not None and start + size < len(prompts):  # later batches to go: tell the rest now
+                    for i in range(start, len(out)):
+                        if i not in told:
+                            told.add(i)
+                            on_done(i, out[i])
         finally:
             if was_training:
                 self.model.train()

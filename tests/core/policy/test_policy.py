@@ -165,9 +165,28 @@ def test_a_short_response_is_handed_over_while_a_longer_one_is_still_sampled(tok
 
 
 @pytest.mark.parametrize("mode", ["generate", "static"])
-def test_a_response_cut_at_the_token_limit_is_not_handed_over(tok, model, mode):
-    gens, told, _ = _handed_over(tok, model, mode, stop_token_ids=(), max_new_tokens=6)
-    assert all(g.truncated for g in gens) and told == {}
+def test_a_response_cut_at_the_token_limit_is_not_handed_over_beside_ones_that_stopped(tok, model, mode):
+    # stop ids one in fifty: in 40 tokens some responses stop and others run to the limit
+    gens, told, _ = _handed_over(tok, model, mode, stop_token_ids=range(0, 2000, 50), max_new_tokens=40)
+    cut = {i for i, g in enumerate(gens) if g.truncated}
+    assert cut and told  # (seed 0: both kinds in the batch)
+    assert not cut & set(told)
+
+
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_with_the_call_split_into_batches_each_batch_is_handed_over_when_it_ends(tok, model, mode):
+    # 6 prompts, batch_size 2: three batches; the first two are told in full (cut or not) before the call returns
+    policy = TransformersPolicy(model, tok, max_new_tokens=24, mode=mode, batch_size=2,
+                                stop_token_ids=range(0, 2000, 50))
+    told, passes = {}, []
+    hook = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        torch.manual_seed(0)
+        gens = policy.generate(CONVERSATIONS * 2, on_done=lambda i, g: told.setdefault(i, (g, len(passes))))
+    finally:
+        hook.remove()
+    assert {0, 1, 2, 3} <= set(told) and all(told[i][1] < len(passes) for i in (0, 1, 2, 3))
+    assert all(told[i][0] == gens[i] for i in told)  # each at its own index (the batch's offset)
 
 
 def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model):

@@ -352,8 +352,8 @@ def _sampling_contexts(fn: Callable[..., Sampled]) -> Callable[..., Sampled]:
 
 def _hand_over(tokens: torch.Tensor, logprobs: torch.Tensor, done: torch.Tensor, told: torch.Tensor, n: int,
                on_row: Callable[[int, list[int], list[float]], None]) -> torch.Tensor:
-    """Each row ``done`` but not ``told`` to ``on_row`` with its first ``n`` tokens and log-probs [B, >=n]; the
-    rows told since. One read of the device when a row stopped, one flag read when none did."""
+    """Each row ``done`` but not ``told`` to ``on_row`` with its first ``n`` tokens and log-probs [B, >=n]; returns
+    the rows told so far. One read of the stopped rows' indices, and of their tokens when there are any."""
     fresh = done & ~told
     rows = fresh.nonzero().flatten().tolist()
     for i, ids, lps in zip(rows, tokens[rows, :n].tolist(), logprobs[rows, :n].tolist()):
@@ -464,7 +464,7 @@ def sample_static(
             if stop.numel():
                 done |= torch.isin(token, stop)
                 if (t + 1) % check_every == 0:
-                    if on_row is not None:
+                    if on_row is not None and not bool(broken):  # (a broken call raises: nothing of it is told)
                         told = _hand_over(tokens, logprobs, done, told, t + 1, on_row)
                     if bool(done.all()):
                         n = t + 1
