@@ -97,83 +97,68 @@ def test_a_correctness_run_arriving_soon_after_a_timing_began_to_wait_goes_first
     assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out"]
 
 
+def _timing_past_its_patience(gate, log, hold, name):
+    """``hold`` (a gate method) entered as ``name``, then a timing waiting behind it for longer than the gate's 0.3 s
+    patience: the holder's and the timing's (thread, entered, release)."""
+    held = _start(hold, log, name)
+    assert held[1].wait(5)
+    timing = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)  # past the patience
+    return held, timing
+
+
+def _release_in_turn(*threads):
+    """Let each (thread, entered, release) go in the order given, each once it is in; then join them."""
+    for th, entered, release in threads:
+        assert entered.wait(5)
+        release.set()
+    for th, _, _ in threads:
+        th.join(5)
+
+
 def test_a_timing_waiting_longer_than_the_patience_keeps_new_correctness_runs_out():
     # patience 0.3 s: b arrives 0.5 s into the timing's wait, so it waits for the timing
     gate, log = DeviceGate(patience_s=0.3), []
-    a, a_in, a_go = _start(gate.shared, log, "a")
-    assert a_in.wait(5)
-    t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    _until(lambda: gate._waiting)
-    time.sleep(0.5)  # past the patience
-    b, b_in, b_go = _start(gate.shared, log, "b")
-    assert not b_in.wait(0.3)
-    a_go.set()
-    assert t_in.wait(5) and not b_in.is_set()
-    t_go.set()
-    assert b_in.wait(5)
-    b_go.set()
-    for th in (a, t, b):
-        th.join(5)
+    a, timing = _timing_past_its_patience(gate, log, gate.shared, "a")
+    b = _start(gate.shared, log, "b")
+    assert not b[1].wait(0.3)
+    _release_in_turn(a, timing, b)
     assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
 
 
 def test_while_the_device_is_in_use_a_timing_waiting_past_the_patience_keeps_no_correctness_run_out():
-    # patience 0.3 s; a policy decodes (in_use) and a timing waits for it; b arrives 0.5 s into that wait: it goes in
-    # beside the decoding, since the timing could not start before the decoding ends anyway
+    # a policy decodes (in_use) and a timing waits for it past the patience; b goes in beside the decoding, since the
+    # timing could not start before the decoding ends anyway
     gate, log = DeviceGate(patience_s=0.3), []
-    p, p_in, p_go = _start(gate.in_use, log, "policy")
-    assert p_in.wait(5)
-    t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    _until(lambda: gate._waiting)
-    time.sleep(0.5)  # past the patience
-    b, b_in, b_go = _start(gate.shared, log, "b")
-    assert b_in.wait(5) and not t_in.is_set()
-    b_go.set()
-    _until(lambda: "b out" in log)
-    assert not t_in.wait(0.3)  # the decoding still holds the device
-    p_go.set()
-    assert t_in.wait(5)
-    t_go.set()
-    for th in (p, t, b):
-        th.join(5)
+    policy, timing = _timing_past_its_patience(gate, log, gate.in_use, "policy")
+    b = _start(gate.shared, log, "b")
+    assert b[1].wait(5) and not timing[1].is_set()
+    _release_in_turn(b)
+    assert not timing[1].wait(0.3)  # the decoding still holds the device
+    _release_in_turn(policy, timing)
     assert log == ["policy in", "b in", "b out", "policy out", "timing in", "timing out"]
 
 
 def test_once_the_device_is_no_longer_in_use_a_timing_past_the_patience_goes_before_new_correctness_runs():
     gate, log = DeviceGate(patience_s=0.3), []
-    p, p_in, p_go = _start(gate.in_use, log, "policy")
-    assert p_in.wait(5)
-    t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    _until(lambda: gate._waiting)
-    time.sleep(0.5)  # past the patience
-    p_go.set()
-    assert t_in.wait(5)
-    b, b_in, b_go = _start(gate.shared, log, "b")
-    assert not b_in.wait(0.3)  # the timing holds the device alone
-    t_go.set()
-    assert b_in.wait(5)
-    b_go.set()
-    for th in (p, t, b):
-        th.join(5)
+    policy, timing = _timing_past_its_patience(gate, log, gate.in_use, "policy")
+    _release_in_turn(policy)
+    assert timing[1].wait(5)
+    b = _start(gate.shared, log, "b")
+    assert not b[1].wait(0.3)  # the timing holds the device alone
+    _release_in_turn(timing, b)
     assert log == ["policy in", "policy out", "timing in", "timing out", "b in", "b out"]
 
 
 def test_a_second_policy_hold_waits_for_a_timing_past_the_patience_so_overlapping_holds_cannot_starve_it():
     gate, log = DeviceGate(patience_s=0.3), []
-    p, p_in, p_go = _start(gate.in_use, log, "policy 1")
-    assert p_in.wait(5)
-    t, t_in, t_go = _start(gate.exclusive, log, "timing")
-    _until(lambda: gate._waiting)
-    time.sleep(0.5)  # past the patience
-    q, q_in, q_go = _start(gate.in_use, log, "policy 2")
-    assert not q_in.wait(0.3)  # not admitted beside policy 1: the timing goes once policy 1 lets go
-    p_go.set()
-    assert t_in.wait(5) and not q_in.is_set()
-    t_go.set()
-    assert q_in.wait(5)
-    q_go.set()
-    for th in (p, t, q):
-        th.join(5)
+    first, timing = _timing_past_its_patience(gate, log, gate.in_use, "policy 1")
+    second = _start(gate.in_use, log, "policy 2")
+    assert not second[1].wait(0.3)  # not admitted beside policy 1: the timing goes once policy 1 lets go
+    _release_in_turn(first)
+    assert timing[1].wait(5) and not second[1].is_set()
+    _release_in_turn(timing, second)
     assert log == ["policy 1 in", "policy 1 out", "timing in", "timing out", "policy 2 in", "policy 2 out"]
 
 
