@@ -465,7 +465,8 @@ class CandidateRun:
             c = compare.compare_outputs(outs, golden.set_outputs(f"re{r}", entry["n_outputs"]), atol=config.atol,
                                         rtol=config.rtol, label="a timed call (recheck)", device=compare_on)
             if not c.ok:
-                return c.reason + "; the outputs of timed calls must be as correct as the checked ones", ["dynamic/recheck"]
+                reason = c.reason + "; the outputs of timed calls must be as correct as the checked ones"
+                return reason, ["dynamic/recheck"]
         return None
 
     def _crash(self, msg: _process.Message | None, deadline: float, limit_s: float) -> EvalResult:

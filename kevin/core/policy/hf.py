@@ -89,7 +89,8 @@ def _finished_rows_class():
     class FinishedRows(StoppingCriteria):
         def __init__(self, prompt_len: int, stop_ids: Sequence[int], recorder: Any, n_real: int, on_row: Any,
                      every: int = 8) -> None:
-            self.prompt_len, self.recorder, self.n_real, self.on_row, self.every = prompt_len, recorder, n_real, on_row, every
+            self.prompt_len, self.recorder, self.n_real = prompt_len, recorder, n_real
+            self.on_row, self.every = on_row, every
             self.stop_ids = sorted(set(int(t) for t in stop_ids))
             self.done: torch.Tensor | None = None  # [B] bool: sampled a stop token
             self.told: torch.Tensor | None = None  # [B] bool: handed to on_row

@@ -28,7 +28,8 @@ synchronize waited, never less than pre -> fin less the lead (the median pre -> 
 either: work put on another stream runs beside the flush and the cover, and can hold the start event back until it is
 nearly done. Work on another stream that ends before the call's own stream does is not seen: the lead (the flush and
 the cover) bounds what it can hide. The flush and the cover are the last things queued before the start event, so the
-GPU is still busy with them while the host runs the call up to its first launch: the runtime is the GPU's, not the launch latency of a Python forward
+GPU is still busy with them while the host runs the call up to its first launch: the runtime is the GPU's, not the
+launch latency of a Python forward
 (in a candidate's process on an H200 the launch takes 0.13-0.20 ms at the 90th percentile;
 `benchmarks/results/sandbox_h200.md`). Host work that reads the inputs cannot hide there: a copy to the host
 waits behind the flush and the cover. The runtime is the median of the samples.
