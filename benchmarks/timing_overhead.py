@@ -11,6 +11,7 @@ the tripwire audit after every call, the null calls). Each piece is timed ``--re
 host clock; ms is the median.
 
     python benchmarks/timing_overhead.py --out OUT      # writes OUT/timing_overhead.json
+    python benchmarks/timing_overhead.py --n 11586 --reps 10 --pieces-only --out OUT   # a 512 MiB input, no loops
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2048)
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--pieces-only", action="store_true", help="time the pieces of one call, not the whole loops")
     p.add_argument("--out", default=None)
     a = p.parse_args()
 
@@ -79,6 +81,16 @@ def main() -> None:
         e.synchronize()
 
     row["events_and_sync_ms"] = host_ms(sync_pair, a.reps)
+    # a sort of 32-bit random keys (ties keep their order): what a cheaper permutation than randperm's would cost
+    row["argsort_int32_keys_ms"] = host_ms(
+        lambda: torch.argsort(torch.randint(-2**31, 2**31 - 1, (numel,), device=dev, dtype=torch.int32, generator=g),
+                              stable=True), a.reps)
+    if a.pieces_only:
+        print(json.dumps(row, indent=1))
+        if a.out:
+            Path(a.out).mkdir(parents=True, exist_ok=True)
+            (Path(a.out) / "timing_overhead.json").write_text(json.dumps(row, indent=1))
+        return
     from kevin.sandbox.worker.guards import Tripwires, numerics_flags
     from kevin.sandbox.worker.inventory import ProfiledOps
 
