@@ -33,12 +33,23 @@ def _clock(h: str, m: str, s: str) -> int:
 
 def rollouts_in_log(text: str) -> list[dict]:
     """Each rollout's generate calls as (end second, seconds, waited, rows) and its end and wall seconds."""
-    out, calls = [], []
+    out, calls, last, days = [], [], 0, 0
+
+    def clock(h: str, m: str, s: str) -> int:
+        """Seconds since the log's first midnight: a time of day earlier than the last one read is the next day."""
+        nonlocal last, days
+        t = _clock(h, m, s) + days * 86400
+        if t < last:
+            days += 1
+            t += 86400
+        last = t
+        return t
+
     for line in re.split(r"[\r\n]+", text):
         if g := GENERATED.search(line):
-            calls.append((_clock(*g.group(1, 2, 3)), float(g.group(5)), float(g.group(6)), int(g.group(4))))
+            calls.append((clock(*g.group(1, 2, 3)), float(g.group(5)), float(g.group(6)), int(g.group(4))))
         elif e := ENDED.search(line):
-            out.append({"calls": calls, "end": _clock(*e.group(1, 2, 3)), "wall": float(e.group(4))})
+            out.append({"calls": calls, "end": clock(*e.group(1, 2, 3)), "wall": float(e.group(4))})
             calls = []
     return out
 
