@@ -140,6 +140,12 @@ class SandboxConfig:
     extra_baselines: tuple[str, ...] | None = None
     """reference timings taken besides ``baseline`` and carried in `EvalResult.baselines_ms`; None = "tf32" and
     "compile" on CUDA, none on the CPU backend (where TF32 does not exist and compiling costs tens of seconds)"""
+    recheck_baseline_speedup: float | None = 1.0
+    """CPU backend: the first correct kernel of a task at least this much faster than the reference has the
+    reference timed again, and the faster of its two timings stands for that kernel, the kernels judged while it
+    ran and every later one. A baseline timed while another process loaded the host's cores would otherwise
+    inflate every speedup of the task for the Sandbox's life. None: never. Not done on CUDA, where a second timing
+    costs a golden process on the GPU; a loaded host can slow a small, launch-bound reference there too."""
     max_wall_ratio: float = 1.5
     """reject when the parent's clocks imply a per-call time above this multiple of the reported one (plus 0.5 ms
     and three standard deviations of the harness's own cost): a kernel can hide at most a third of its work from the
@@ -155,6 +161,8 @@ class SandboxConfig:
             raise ValueError(f"baseline must be one of {BASELINES}, not {self.baseline!r}")
         if self.extra_baselines is not None and not set(self.extra_baselines) <= set(BASELINES):
             raise ValueError(f"extra_baselines must name baselines among {BASELINES}")
+        if self.recheck_baseline_speedup is not None and not self.recheck_baseline_speedup > 0:
+            raise ValueError(f"recheck_baseline_speedup must be > 0 (or None), got {self.recheck_baseline_speedup!r}")
         if self.gpu_sharers is not None and not (isinstance(self.gpu_sharers, int) and self.gpu_sharers >= 1):
             raise ValueError(f"gpu_sharers must be an int >= 1 (or None), got {self.gpu_sharers!r}")
         if self.batch_deadline_s is not None and not self.batch_deadline_s > 0:

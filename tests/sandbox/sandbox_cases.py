@@ -82,8 +82,9 @@ def _config(cache_dir: str, **overrides) -> SandboxConfig:
     # 100 timed calls: the wall-clock check tolerates about 0.65 ms per call for a 0.05 ms kernel, so over 22 calls
     # one 15 ms scheduler pause on this 2-core machine judged an honest kernel incorrect; over 105 it takes 70 ms
     # reuse_verdicts off: the session's sandboxes are shared, and each test judges its own candidate (test_verdicts.py
-    # tests the reuse)
+    # tests the reuse); recheck_baseline_speedup off: a second timing of the reference would make a test's baseline
+    # depend on which candidate came first (test_baselines.py tests the recheck)
     base = dict(cache_dir=cache_dir, n_trials=100, n_warmup=5, timing_budget_s=2.0, run_timeout_s=120.0,
-                compile_timeout_s=400.0, workers=2, seed=None, reuse_verdicts=False)
+                compile_timeout_s=400.0, workers=2, seed=None, reuse_verdicts=False, recheck_baseline_speedup=None)
     base.update(overrides)
     return SandboxConfig(**base)
