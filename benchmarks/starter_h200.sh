@@ -43,10 +43,10 @@ cp "$R/rl/metrics.jsonl" "$OUT/rl_metrics.jsonl" 2>/dev/null
 cp "$R/starter/starter.json" "$OUT/starter.json" 2>/dev/null
 python3 - "$R/rl/metrics.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
-keys = ["rollout/correct", "turn1/correct", "turn2/correct", "reward/score_mean", "rollout/status/format_error",
-        "rollout/status/compile_error", "time/generation", "time/sandbox", "time/rollout", "time/overlap", "time/sandbox_alone", "time/train",
-        "time/step",
-        "perf/train_tokens_per_s", "perf/mfu", "perf/peak_memory_gib"]
+keys = ["rollout/correct", "turn1/correct", "turn2/correct", "turn3/correct", "turn4/correct", "reward/score_mean",
+        "rollout/status/format_error", "rollout/status/compile_error", "time/generation", "time/sandbox", "time/rollout",
+        "time/overlap", "time/sandbox_alone", "time/train", "time/step", "perf/train_tokens_per_s", "perf/mfu",
+        "perf/peak_memory_gib"]
 try:
     rows = [json.loads(line) for line in open(sys.argv[1])]
 except OSError:
