@@ -727,7 +727,7 @@ class Sandbox:
                     owned = entry
                     state.on_cancel = lambda: memo.publish(key, entry, state.timeout_result())
                 elif (reused := self._twin(entry, state)) is not None:  # else the first copy's verdict was dropped:
-                    return self._rebased(task_src, "cpu", reused)  # this copy is judged itself
+                    return self._rebased(task_src, reused)  # this copy is judged itself
             with self._golden.pinned(_resolve.sha256(task_src)):
                 result = self._stages(task_src, src, state)
         except _Cancelled:
@@ -1006,10 +1006,10 @@ class Sandbox:
             recheck.release()
         return self._baselines[key] if key in self._rechecked else None
 
-    def _rebased(self, task_src: str, slot: Any, result: EvalResult) -> EvalResult:
+    def _rebased(self, task_src: str, result: EvalResult) -> EvalResult:
         """``result`` against the task's current baselines: a correct verdict given before the reference was timed
-        a second time (a twin's, `_Verdicts`) gets the faster timing too."""
-        key = self._baseline_key(task_src, slot) if self.backend == "cpu" else None
+        a second time (a twin's, `_Verdicts`) gets the faster timing too. CPU backend only, as the recheck."""
+        key = self._baseline_key(task_src, "cpu") if self.backend == "cpu" else None
         if not result.correct or key not in self._rechecked or self._baselines[key] == result.baselines_ms:
             return result
         return self._with_baselines(result, self._baselines[key])

@@ -233,18 +233,20 @@ def test_a_failed_second_timing_keeps_the_verdict_and_is_tried_again_twice_at_mo
     assert len({r.baseline_ms for r in results}) == 1
 
 
-def test_a_reused_verdict_given_before_the_second_timing_gets_the_faster_one(cache_dir):
-    from kevin.sandbox.result import EvalResult
+def test_a_reused_verdict_given_before_the_second_timing_gets_the_faster_one(monkeypatch, cache_dir, warm_builds):
+    from sandbox_cases import load_candidate
 
-    sandbox = _sandbox(cache_dir)  # starts no process until something is judged
+    sandbox = _sandbox(cache_dir, reuse_verdicts=True, recheck_baseline_speedup=1e-9)
+    _count_calls(monkeypatch, sandbox, lambda first_ms: {"eager": {"median_ms": first_ms * 2}})  # the first stands
+    first = sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
     key = sandbox._baseline_key(RELU_TASK.source, "cpu")
-    sandbox._baselines[key] = {"eager": 0.5}
-    sandbox._rechecked.add(key)
-    stale = EvalResult("correct", "Correct.", runtime_ms=1.0, baseline_ms=50.0, baselines_ms={"eager": 50.0})
-    fresh = sandbox._rebased(RELU_TASK.source, "cpu", stale)
-    # a 1 ms kernel: 50x against the stale 50 ms timing, 0.5x against the second, 0.5 ms
-    assert (fresh.baseline_ms, fresh.baselines_ms, fresh.speedup) == (0.5, {"eager": 0.5}, 0.5)
-    assert "a speedup of 0.50x" in fresh.feedback
+    sandbox._baselines[key] = {"eager": first.baseline_ms / 4}  # as if the verdict had come before a faster timing
+    twin = sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    assert twin.details.get("reused") and first.correct, first.feedback
+    # the twin's verdict is the first copy's, against a quarter of its baseline: a quarter of its speedup
+    assert (twin.baseline_ms, twin.baselines_ms) == (first.baseline_ms / 4, {"eager": first.baseline_ms / 4})
+    assert twin.speedup == pytest.approx(first.speedup / 4)
+    assert f"against {twin.baseline_ms:.4g} ms" in twin.feedback
 
 
 def test_recheck_baseline_speedup_must_be_positive():
