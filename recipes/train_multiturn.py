@@ -7,8 +7,7 @@ S = 0.3 * correct + speedup * correct, every turn's return is the discounted sum
 behaviour log-probs, then two gradient steps (GRPO, clip 0.2 / 0.28, no KL); 4. log, checkpoint.
 
 How it differs from the paper (docs/method.md):
-1. The model: any Hugging Face causal LM, fully fine-tuned (as the paper's QwQ-32B) or with LoRA. Generation is
-   transformers' own, or vLLM's (as the paper's) with ``--generation vllm``.
+1. Any Hugging Face causal LM, fully fine-tuned (as the paper's QwQ-32B) or LoRA; ``--generation vllm`` as the paper.
 2. The "two gradient steps" split the batch into two shuffled mini-batches, with the old log-probs of both computed
    before the first step: the first step is exactly on-policy, the second slightly off.
 3. Gradient clipping 0.05, the paper's stability fix (paired there with Dr. GRPO's normalisation: ``--loss_aggregation
@@ -72,11 +71,12 @@ class Config(RunConfig):
     """G: parallel trajectories per task (paper: 16)"""
     n_turns: int = 4
     """T: refinement turns per trajectory (paper: 4 in training)"""
+    stagger: int = 1
+    """CUDA: tasks start in this many waves, each generating while others are judged (docs/method.md); 1: at once"""
     max_new_tokens: int = 16384
     """response budget per turn (paper: 16k, raised to 22k after step 30: ``raise_max_new_tokens_by``)"""
     raise_max_new_tokens_by: float = 1.375
-    """from RL step ``raise_max_new_tokens_at`` on, the response budget is max_new_tokens times this (paper: 16k ->
-    22k, 1.375; 1: never raised). Dr. GRPO's constant (``--loss_aggregation seq-mean-token-sum-norm``) follows it"""
+    """from RL step ``raise_max_new_tokens_at`` on, the response budget times this (paper: 16k -> 22k; 1: never)"""
     raise_max_new_tokens_at: int = 30
     """how many RL steps run at ``max_new_tokens`` before the raise (paper: 30)"""
     max_prompt_tokens: int | None = 8192
@@ -257,8 +257,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
         policy.max_new_tokens = response_budget(cfg, step)
         lrn.model.eval()
         with acc.autocast(), lrn.full_parameters(cfg.generation == "transformers"):  # vLLM samples by itself
-            trajectories = rollout(policy, tasks, sandbox, **rollout_layout(share, sandbox), n_turns=cfg.n_turns,
-                                   backend=cfg.backend, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
+            trajectories = rollout(policy, tasks, sandbox, **rollout_layout(share, sandbox, cfg.stagger),
+                                   n_turns=cfg.n_turns, max_prompt_tokens=cfg.max_prompt_tokens, progress=False)
         freed = policy.release_memory() if cfg.release_sampling_memory else 0
         if step == start and freed:
             acc.print(f"released {freed / 2**20:,.0f} MiB of sampling memory for training (after every rollout)")

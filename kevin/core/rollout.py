@@ -266,6 +266,7 @@ def rollout(
     evaluation_slots: int | None = None,
     start_from: Sequence[Trajectory] | None = None,
     on_turn: Callable[[list[Trajectory]], None] | None = None,
+    stagger: int = 1,
 ) -> list[Trajectory]:
     """Run G = ``n_trajectories`` trajectories of T = ``n_turns`` turns for each of the B ``tasks``.
 
@@ -303,6 +304,12 @@ def rollout(
         on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) each time a turn is judged
             (in lockstep every turn; pipelined, every group's turn), e.g. to save them (`records.SnapshotWriter`).
             Pipelined, a turn's ``evaluation_s`` there is its share of the sandbox's time so far, settled at the end.
+        stagger: pipelined only: the groups start in this many waves of consecutive groups, one generate call each,
+            back to back, so that the later waves generate while the earlier waves' kernels are judged; a group then
+            waits for no group of another wave to share its calls (`generate_now` looks at its own wave only), so
+            the waves stay out of phase. About (a turn's generation + judging seconds) / its generation seconds keeps
+            the policy busy, with that many times the trajectories of an unstaggered step in about its wall time
+            (docs/method.md, "Rollout"). 1 (default): every group's first turn in one call.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:
@@ -324,8 +331,8 @@ def rollout(
     tasks = list(tasks)
     if n_trajectories < 1 or n_turns < 1:
         raise ValueError(f"need n_trajectories >= 1 and n_turns >= 1, got {n_trajectories}, {n_turns}")
-    if chunks is not None and chunks < 1 or evaluation_slots is not None and evaluation_slots < 1:
-        raise ValueError(f"need chunks >= 1 and evaluation_slots >= 1, got {chunks}, {evaluation_slots}")
+    if chunks is not None and chunks < 1 or evaluation_slots is not None and evaluation_slots < 1 or stagger < 1:
+        raise ValueError(f"need chunks, evaluation_slots and stagger >= 1, got {chunks}, {evaluation_slots}, {stagger}")
     if resample is not None and chunks not in (None, 1):
         raise ValueError(f"chunks={chunks}: beam search (resample) needs every slot's turn at once, so it runs in "
                          "lockstep (leave chunks unset)")
@@ -350,6 +357,9 @@ def rollout(
     elif chunks is None:
         chunks = default_chunks(sandbox, len(tasks), n_trajectories)
     bounds = chunk_bounds(len(slots), chunks)
+    if stagger > 1 and len(bounds) == 1:
+        raise ValueError(f"stagger={stagger} needs the pipelined schedule (chunks > 1); this rollout runs in lockstep"
+                         f"{' (beam search)' if resample is not None else ''}")
     pipeline = None
 
     def judged() -> None:
@@ -379,7 +389,8 @@ def rollout(
     try:
         if len(bounds) > 1:
             pipeline = _Pipeline(policy, sandbox, tasks, slots, history, bounds, n_turns=n_turns, prompt=prompt,
-                                 parse=parse, evaluation_slots=evaluation_slots, bar=bar, judged=judged)
+                                 parse=parse, evaluation_slots=evaluation_slots, bar=bar, judged=judged,
+                                 stagger=stagger)
             pipeline.run()
             pipeline.settle_costs()
         else:
@@ -477,14 +488,17 @@ class _Pipeline:
     def __init__(self, policy: Any, sandbox: Any, tasks: list[Any], slots: list[tuple[int, int]],
                  history: list[list[Turn]], bounds: list[tuple[int, int]], *, n_turns: int,
                  prompt: Callable[[int], list[dict]], parse: Callable[[Any], Any], evaluation_slots: int | None,
-                 bar: Any, judged: Callable[[], None]) -> None:
+                 bar: Any, judged: Callable[[], None], stagger: int = 1) -> None:
         self.policy, self.sandbox, self.tasks, self.slots, self.history = policy, sandbox, tasks, slots, history
         self.bounds, self.n_turns, self.prompt, self.parse, self.bar = bounds, n_turns, prompt, parse, bar
         self.judged_turn = judged  # told after every group's turn
         self.n_slots = evaluation_slots or getattr(sandbox, "capacity", None) or len(slots)
         self.group_of = [c for c, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
         self.next_turn = [self._turns_done(c) for c in range(len(bounds))]  # (0, unless started from earlier turns)
-        self.due = [c for c in range(len(bounds)) if self.next_turn[c] < n_turns]  # groups whose next turn can go
+        self.due: list[int] = []  # groups whose next turn can go
+        left = [c for c in range(len(bounds)) if self.next_turn[c] < n_turns]
+        self.unstarted = [left[lo:hi] for lo, hi in chunk_bounds(len(left), stagger)] if left else []  # in order
+        self.wave_of = {c: w for w, wave in enumerate(self.unstarted) for c in wave}
         self.waiting = [0] * len(bounds)  # per group: its kernels still in the sandbox
         self.staged: dict[int, list[Any]] = {}  # row -> [generation, parsed, verdict or None, generation seconds]
         self.futures: dict[Future, int] = {}  # a kernel in the sandbox -> its row
@@ -498,10 +512,13 @@ class _Pipeline:
 
     def run(self) -> None:
         try:
-            while self.due or self.futures:
+            while self.due or self.futures or self.unstarted:
                 for future in sorted((f for f in self.futures if f.done()), key=self.futures.__getitem__):
                     self._judged(future)
-                if self.due and generate_now(*self._next_due()):
+                if self.unstarted:  # a wave's first call goes at once (with any group due by now)
+                    self.due += self.unstarted.pop(0)
+                    self._generate()
+                elif self.due and generate_now(*self._next_due()):
                     self._generate()
                 elif self.futures:
                     if self.bar is not None:
@@ -511,10 +528,12 @@ class _Pipeline:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _next_due(self) -> tuple[bool, float | None, float | None]:
-        """`generate_now`'s arguments: whether a group with kernels in the sandbox has a turn to generate after
-        them, the estimated seconds until the first such group is due (`due_in`), and the last call's seconds."""
+        """`generate_now`'s arguments: whether a group of a due group's wave, with kernels in the sandbox, has a turn
+        to generate after them, the estimated seconds until the first such group is due (`due_in`), and the last
+        call's seconds."""
+        waves = {self.wave_of[c] for c in self.due}
         pending = {self.group_of[k] for k in self.futures.values()}
-        pending = {c for c in pending if self.next_turn[c] + 1 < self.n_turns}
+        pending = {c for c in pending if self.next_turn[c] + 1 < self.n_turns and self.wave_of.get(c) in waves}
         if not pending or not self.intervals:
             return bool(pending), None, self.generate_s
         now = time.perf_counter()

@@ -629,6 +629,64 @@ def test_with_a_sandbox_faster_than_a_call_the_pipelined_schedule_makes_lockstep
     assert [len(c) for c in policy.calls] == [2, 2]
 
 
+def _tasks_of_calls(policy):
+    """Each call's tasks, read from the task source in its prompts ("# task b")."""
+    return [sorted({"t" + _user_text(c).split("# task ")[1][0] for c in call}) for call in policy.calls]
+
+
+def test_a_staggered_rollout_starts_the_second_wave_while_the_first_waves_kernel_is_judged():
+    # 2 tasks x 1 trajectory x 2 turns, stagger 2: a call sleeps 0.2 s, a kernel 0.3 s.
+    # Wave t0 [0, 0.2] -> its kernel [0.2, 0.5]; wave t1 [0.2, 0.4], begun while t0's kernel is in the sandbox
+    policy = _ByPromptPolicy(sleep_s=0.2)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.3)
+    rollout(policy, _tasks(2), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False, chunks=2,
+            stagger=2)
+    assert _tasks_of_calls(policy)[:2] == [["t0"], ["t1"]]
+    first_kernel_judged = policy.spans[0][1] + 0.3
+    assert policy.spans[1][0] < first_kernel_judged
+
+
+def test_a_due_wave_does_not_wait_for_another_wave_estimated_due_sooner_than_a_call():
+    # 2 tasks x 1 trajectory x 3 turns, stagger 2: a call 0.2 s; t0's kernel 0.6 s, t1's 0.05 s.
+    # t0 [0, 0.2] -> k0 [0.2, 0.8]; t1 [0.2, 0.4] -> k1 [0.4, 0.45]. At 0.45 t1 is due and t0 is estimated due in
+    # 0.05 s (the mean latency so far), less than a call: unstaggered, generate_now would wait for t0 and generate
+    # both at 0.8; t1's wave waits for its own groups only, so its second turn goes alone at 0.45
+    policy = _ByPromptPolicy(sleep_s=0.2)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.6 if task.task_id == "t0" else 0.05)
+    rollout(policy, _tasks(2), sandbox, n_trajectories=1, n_turns=3, backend="cpu", progress=False, chunks=2,
+            stagger=2)
+    assert _tasks_of_calls(policy)[:3] == [["t0"], ["t1"], ["t1"]]
+
+
+def test_a_staggered_rollout_returns_what_lockstep_returns():
+    def run(chunks, stagger):
+        sandbox = _SleepySandbox(seconds=lambda task, code: 0.005 * (3 - int(task.task_id[1])))
+        return rollout(_ByPromptPolicy(), _tasks(3), sandbox, n_trajectories=2, n_turns=3, backend="cpu",
+                       progress=False, chunks=chunks, stagger=stagger)
+
+    assert _costless(run(3, 3)) == _costless(run(6, 2)) == _costless(run(1, 1))
+
+
+def test_more_waves_than_groups_gives_each_group_its_own_wave():
+    policy = _ByPromptPolicy()
+    rollout(policy, _tasks(2), _SleepySandbox(), n_trajectories=1, n_turns=1, backend="cpu", progress=False,
+            chunks=2, stagger=5)
+    assert _tasks_of_calls(policy) == [["t0"], ["t1"]]
+
+
+@pytest.mark.parametrize("kw", [dict(chunks=1), dict(resample=lambda t, histories: None)])
+def test_stagger_in_lockstep_is_an_error(kw):
+    with pytest.raises(ValueError, match="stagger=2 needs the pipelined schedule"):
+        rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(), n_trajectories=1, n_turns=1, backend="cpu",
+                progress=False, stagger=2, **kw)
+
+
+def test_stagger_below_one_is_an_error():
+    with pytest.raises(ValueError, match="stagger >= 1"):
+        rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(), n_trajectories=1, n_turns=1, backend="cpu",
+                progress=False, chunks=2, stagger=0)
+
+
 def test_an_error_raised_in_the_sandboxs_thread_reaches_the_caller_without_waiting_for_other_kernels():
     # task t1's kernel raises after 0.1 s while task t0's takes 1 s: raised at about 0.1 s, not after 1 s
     sandbox = _SleepySandbox(seconds=lambda task, code: 1.0 if task.task_id == "t0" else 0.1,

@@ -197,7 +197,7 @@ def check_training_config(cfg: Any) -> None:
     The reward and loss settings (``gamma``, ``reward_mode``, ``advantage_baseline``, ``clip_low`` / ``clip_high``, ``kl_coef``,
     ``loss_aggregation``) are tried on a one-sample input, so their own functions' checks apply; the counts must be
     >= 1, ``temperature`` > 0 and ``top_p`` in (0, 1]; ``raise_max_new_tokens_by``, where ``cfg`` has it, >= 1;
-    ``tis_cap``, where it has it, >= 0 (0: off).
+    ``tis_cap``, where it has it, >= 0 (0: off); ``stagger``, where it has it, >= 1, and 1 with the CPU backend.
     """
     import torch
 
@@ -226,6 +226,10 @@ def check_training_config(cfg: Any) -> None:
         raise ConfigError(f"--raise_max_new_tokens_by must be >= 1 (1: never raised), got {factor}")
     if not getattr(cfg, "tis_cap", 0.0) >= 0:
         raise ConfigError(f"--tis_cap must be >= 0 (0: off), got {cfg.tis_cap}")
+    stagger = getattr(cfg, "stagger", 1)
+    if stagger < 1 or stagger > 1 and getattr(cfg, "backend", "cuda") != "cuda":
+        raise ConfigError(f"--stagger must be >= 1, and 1 with the CPU backend (its rollout runs in lockstep: the "
+                          f"compilers would share the cores with generation), got {stagger}")
 
 
 def run_recipe(entry: Any, argv: list[str], **recipe: Any) -> None:

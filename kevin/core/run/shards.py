@@ -39,14 +39,16 @@ def share_tasks(tasks: Sequence[Any], share: Sequence[tuple[int, int]]) -> list[
     return [tasks[b] for b, _ in share]
 
 
-def rollout_layout(share: Sequence[tuple[int, int]], sandbox: Any) -> dict[str, int]:
+def rollout_layout(share: Sequence[tuple[int, int]], sandbox: Any, stagger: int = 1) -> dict[str, int]:
     """The keywords of `kevin.core.rollout.rollout` for a share (with `share_tasks` as its tasks): one trajectory per
     listed task, and the pipelined groups its default would give the share's tasks with their own trajectory counts
-    (one group per task with kevin's ``Sandbox``, `kevin.core.rollout.default_chunks`), not one per trajectory."""
+    (one group per task with kevin's ``Sandbox``, `kevin.core.rollout.default_chunks`), not one per trajectory; the
+    groups start in ``stagger`` waves (at most one per group)."""
     from kevin.core.rollout import default_chunks
 
     n_tasks = len({b for b, _ in share})
-    return {"n_trajectories": 1, "chunks": default_chunks(sandbox, n_tasks, max(1, len(share) // n_tasks))}
+    chunks = default_chunks(sandbox, n_tasks, max(1, len(share) // n_tasks))
+    return {"n_trajectories": 1, "chunks": chunks, "stagger": min(stagger, chunks) if chunks > 1 else stagger}
 
 
 def place(trajectories: Sequence[Any], share: Sequence[tuple[int, int]]) -> list[Any]:

@@ -263,6 +263,8 @@ class Training:
     n_turns: int = 2
     temperature: float = 0.9
     top_p: float = 1.0
+    stagger: int = 1
+    backend: str = "cuda"
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -272,6 +274,8 @@ class Training:
     ({"micro_batch_size": 0}, "these options must be >= 1: {'micro_batch_size': 0}"),
     ({"top_p": 0.0}, "--top_p in (0, 1]"),
     ({"advantage_baseline": "trajectory"}, "--advantage_baseline must be one of task, task_turn, loo, final_broadcast"),
+    ({"stagger": 0}, "--stagger must be >= 1"),
+    ({"stagger": 2, "backend": "cpu"}, "and 1 with the CPU backend"),
 ])
 def test_check_training_config_names_the_bad_option(bad, message):
     from kevin.core.run.cli import check_training_config

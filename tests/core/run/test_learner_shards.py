@@ -133,4 +133,16 @@ def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rol
 
     sandbox = Sandbox(device="cpu", config=SandboxConfig(cache_dir=str(tmp_path))) if kevins else object()
     share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    assert rollout_layout(share, sandbox) == {"n_trajectories": 1, "chunks": default_chunks(sandbox, 2, 3)}
+    assert rollout_layout(share, sandbox) == {"n_trajectories": 1, "chunks": default_chunks(sandbox, 2, 3),
+                                              "stagger": 1}
+
+
+def test_a_shares_waves_are_at_most_its_groups():
+    # 2 tasks x 3 trajectories on kevin's sandbox on CUDA: 2 groups (one per task), so stagger 4 starts 2 waves
+    from kevin.core.run.shards import rollout_layout
+    from kevin.sandbox import Sandbox
+
+    sandbox = Sandbox.__new__(Sandbox)  # (no processes: only its backend is read)
+    sandbox.backend = "cuda"
+    share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert rollout_layout(share, sandbox, 4) == {"n_trajectories": 1, "chunks": 2, "stagger": 2}
