@@ -304,12 +304,12 @@ def rollout(
         on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) each time a turn is judged
             (in lockstep every turn; pipelined, every group's turn), e.g. to save them (`records.SnapshotWriter`).
             Pipelined, a turn's ``evaluation_s`` there is its share of the sandbox's time so far, settled at the end.
-        stagger: pipelined only: the groups start in this many waves of consecutive groups, one generate call each,
-            back to back, so that the later waves generate while the earlier waves' kernels are judged; a group then
-            waits for no group of another wave to share its calls (`generate_now` looks at its own wave only), so
-            the waves stay out of phase. About (a turn's generation + judging seconds) / its generation seconds keeps
-            the policy busy, with that many times the trajectories of an unstaggered step in about its wall time
-            (docs/method.md, "Rollout"). 1 (default): every group's first turn in one call.
+        stagger: pipelined only: the groups start in this many waves of consecutive groups, one generate call each
+            (any group due by then joins it), back to back, so that the later waves generate while the earlier
+            waves' kernels compile and are checked; `generate_now` then decides for each wave on its own, so a group
+            never waits for a group of another wave and the waves stay out of phase (docs/method.md, "Rollout").
+            It adds generate calls: worth it when the sandbox, not the policy, sets the pace. 1 (default): every
+            group's first turn in one call.
 
     Returns B*G trajectories (task-major), each with T turns. An exception raised after some turns finished
     (a policy's server gone, an interrupt, an error raised by the sandbox) carries them as its ``trajectories``:
@@ -516,10 +516,9 @@ class _Pipeline:
                 for future in sorted((f for f in self.futures if f.done()), key=self.futures.__getitem__):
                     self._judged(future)
                 if self.unstarted:  # a wave's first call goes at once (with any group due by now)
-                    self.due += self.unstarted.pop(0)
-                    self._generate()
-                elif self.due and generate_now(*self._next_due()):
-                    self._generate()
+                    self._generate(self.due + self.unstarted.pop(0))
+                elif go := self._due_to_generate():
+                    self._generate(go)
                 elif self.futures:
                     if self.bar is not None:
                         self.bar.set_postfix_str(f"{len(self.futures)} kernels in the sandbox")
@@ -527,13 +526,17 @@ class _Pipeline:
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _next_due(self) -> tuple[bool, float | None, float | None]:
-        """`generate_now`'s arguments: whether a group of a due group's wave, with kernels in the sandbox, has a turn
-        to generate after them, the estimated seconds until the first such group is due (`due_in`), and the last
-        call's seconds."""
-        waves = {self.wave_of[c] for c in self.due}
+    def _due_to_generate(self) -> list[int]:
+        """The due groups whose wave `generate_now` says to generate now, each wave judged on its own groups."""
+        go = {w for w in {self.wave_of[c] for c in self.due} if generate_now(*self._next_due(w))}
+        return [c for c in self.due if self.wave_of[c] in go]
+
+    def _next_due(self, wave: int) -> tuple[bool, float | None, float | None]:
+        """`generate_now`'s arguments for ``wave``: whether a group of it with kernels in the sandbox has a turn to
+        generate after them, the estimated seconds until the first such group is due (`due_in`), and the last call's
+        seconds."""
         pending = {self.group_of[k] for k in self.futures.values()}
-        pending = {c for c in pending if self.next_turn[c] + 1 < self.n_turns and self.wave_of.get(c) in waves}
+        pending = {c for c in pending if self.next_turn[c] + 1 < self.n_turns and self.wave_of[c] == wave}
         if not pending or not self.intervals:
             return bool(pending), None, self.generate_s
         now = time.perf_counter()
@@ -542,8 +545,10 @@ class _Pipeline:
         due = due_in(kernels, self.n_slots, [end - start for start, end in self.intervals])
         return True, min(due[c] for c in pending), self.generate_s
 
-    def _generate(self) -> None:
-        groups, self.due = sorted(self.due), []
+    def _generate(self, groups: list[int]) -> None:
+        """One generate call over the due turns of ``groups``, which leave ``due``."""
+        groups = sorted(groups)
+        self.due = [c for c in self.due if c not in groups]
         rows = [k for c in groups for k in range(*self.bounds[c]) if len(self.history[k]) == self.next_turn[c]]
         turns = sorted({self.next_turn[c] + 1 for c in groups})
         if self.bar is not None:

@@ -658,6 +658,18 @@ def test_a_due_wave_does_not_wait_for_another_wave_estimated_due_sooner_than_a_c
     assert _tasks_of_calls(policy)[:3] == [["t0"], ["t1"], ["t1"]]
 
 
+def test_a_wave_due_beside_another_goes_while_the_other_waits_for_its_own_group():
+    # 4 tasks x 1 trajectory x 2 turns, stagger 2: waves {t0, t1} and {t2, t3}; a call 0.2 s; t1's kernel 1 s, the
+    # others' 0.05 s. t0 is due at 0.25 and waits for t1 (estimated due in 0.05 s, the mean latency so far, less
+    # than a call); t2 and t3 are due at 0.45 beside it, and their wave has nothing in the sandbox: it goes at once,
+    # not at 1.2 s with t0 and t1
+    policy = _ByPromptPolicy(sleep_s=0.2)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 1.0 if task.task_id == "t1" else 0.05)
+    rollout(policy, _tasks(4), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False, chunks=4,
+            stagger=2)
+    assert _tasks_of_calls(policy)[:3] == [["t0", "t1"], ["t2", "t3"], ["t2", "t3"]]
+
+
 def test_a_staggered_rollout_returns_what_lockstep_returns():
     def run(chunks, stagger):
         sandbox = _SleepySandbox(seconds=lambda task, code: 0.005 * (3 - int(task.task_id[1])))

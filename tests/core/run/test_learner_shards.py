@@ -146,3 +146,14 @@ def test_a_shares_waves_are_at_most_its_groups():
     sandbox.backend = "cuda"
     share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     assert rollout_layout(share, sandbox, 4) == {"n_trajectories": 1, "chunks": 2, "stagger": 2}
+
+
+def test_a_share_of_one_trajectory_is_not_staggered():
+    # one process's share of 2 tasks x 3 trajectories over 4 processes can be a single trajectory: one group, which
+    # the rollout runs in lockstep, so one wave (a stagger there would be refused by the rollout)
+    from kevin.core.run.shards import rollout_layout
+    from kevin.sandbox import Sandbox
+
+    sandbox = Sandbox.__new__(Sandbox)
+    sandbox.backend = "cuda"
+    assert rollout_layout([(0, 0)], sandbox, 2) == {"n_trajectories": 1, "chunks": 1, "stagger": 1}
