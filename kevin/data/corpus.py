@@ -34,7 +34,7 @@ import ast
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from kevin.data.prompts import Attempt, build_messages, fence
@@ -91,9 +91,10 @@ class Answer:
 class Example:
     """One supervised example: the chat ``messages`` of the prompt and the ``answer`` to train on.
 
-    ``turn`` is 1 for a first attempt, 2 for a refinement (its prompt holds one earlier attempt with its
-    feedback). ``kind``: the answer's `Answer.kind` on turn 1; on turn 2 ``"fix_<flaw>"`` (the attempt had
-    that flaw) or ``"speedup"`` (the attempt was the slow answer). ``expected``: the answer's sandbox status.
+    ``turn`` is 1 for a first attempt, 1 + the number of earlier ``attempts`` for a refinement (its prompt holds them
+    with their feedback; the answer responds to the last). ``kind``: the answer's `Answer.kind` on turn 1; on a
+    refinement ``"fix_<flaw>"`` (the last attempt had that flaw), ``"speedup"`` (it was the slow answer) or ``"keep"``
+    (it was the fast one). ``expected``: the answer's sandbox status.
     """
 
     messages: list[dict[str, str]]
@@ -103,6 +104,7 @@ class Example:
     task_id: str
     backend: str
     turn: int
+    attempts: tuple[Attempt, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,10 @@ class Mix:
     ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer is the fast
     version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer submits it again;
     a policy that never saw a good attempt in its prompt tends to rewrite one into a broken program). At most one of
-    each per task; the rest fix a flawed attempt.
+    each per task; the rest fix a flawed attempt. ``deeper_refinements``: among refinements, the share whose prompt
+    holds one or two more earlier attempts before the one the answer responds to (flawed answers of the same task,
+    with their feedback): the prompts of third and fourth turns, which a starter trained on second turns alone
+    answers poorly (it ends inside its thought).
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
@@ -125,6 +130,7 @@ class Mix:
     refinement_share: float = 0.3
     refinement_speedup: float = 0.2
     refinement_keep: float = 0.2
+    deeper_refinements: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = set(self.first_turn) - set(KINDS)
@@ -136,6 +142,8 @@ class Mix:
             raise ValueError("Mix.refinement_share and Mix.refinement_speedup must be in [0, 1]")
         if self.refinement_keep < 0 or self.refinement_speedup + self.refinement_keep > 1 + 1e-9:  # float sums
             raise ValueError("Mix.refinement_keep must be in [0, 1 - refinement_speedup]")
+        if not 0 <= self.deeper_refinements <= 1:
+            raise ValueError(f"Mix.deeper_refinements must be in [0, 1], got {self.deeper_refinements}")
 
     @property
     def correct_share(self) -> float:
@@ -3873,8 +3881,9 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
             feedback = _feedback(plan, a, backend)
             thought, summary = _fix_thought(plan, a, fixed, feedback, backend)
             text = _response(thought, fixed.code, summary)
-            msgs = build_messages(task, [Attempt(a.code, a.summary, feedback)], backend=backend)
-            out.append(Example(msgs, text, f"fix_{a.kind}", fixed.expected, task.task_id, backend, 2))
+            attempts = (Attempt(a.code, a.summary, feedback),)
+            msgs = build_messages(task, list(attempts), backend=backend)
+            out.append(Example(msgs, text, f"fix_{a.kind}", fixed.expected, task.task_id, backend, 2, attempts))
     if "slow" in by_kind and "fast" in by_kind:
         slow, fast = by_kind["slow"], by_kind["fast"]
         feedback = _speed_feedback(slow)
@@ -3883,15 +3892,17 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
                 f"My first version used {before}.")
         thought = f"{head} {_thought(plan, plan.stages, 'fast', backend)}"
         text = _response(thought, fast.code, fast.summary)
-        msgs = build_messages(task, [Attempt(slow.code, slow.summary, feedback)], backend=backend)
-        out.append(Example(msgs, text, "speedup", "correct", task.task_id, backend, 2))
+        attempts = (Attempt(slow.code, slow.summary, feedback),)
+        msgs = build_messages(task, list(attempts), backend=backend)
+        out.append(Example(msgs, text, "speedup", "correct", task.task_id, backend, 2, attempts))
     if "fast" in by_kind:
         fast = by_kind["fast"]
         thought = ("Correct, and faster than the reference: this is already the structure I would choose, so I keep "
                    f"it. {_thought(plan, plan.stages, 'fast', backend)}")
         text = _response(thought, fast.code, fast.summary)
-        msgs = build_messages(task, [Attempt(fast.code, fast.summary, _keep_feedback(fast))], backend=backend)
-        out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2))
+        attempts = (Attempt(fast.code, fast.summary, _keep_feedback(fast)),)
+        msgs = build_messages(task, list(attempts), backend=backend)
+        out.append(Example(msgs, text, "keep", "correct", task.task_id, backend, 2, attempts))
     return out
 
 
@@ -3983,8 +3994,29 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
         weights = [mix.first_turn.get(e.kind[len("fix_"):], 0.0) or 1e-6 for e in group]
         examples.append(rng.choices(group, weights=weights)[0])
         made += 1
+    refined = [i for i, e in enumerate(examples) if e.turn > 1]
+    if n_deep := round(len(refined) * mix.deeper_refinements):  # (with none, the seed's draws are those of before)
+        pools = {t.task_id: (t, a) for t, a in pool}
+        for i in sorted(rng.sample(refined, n_deep)):
+            examples[i] = deeper_example(examples[i], *pools[examples[i].task_id], rng)
     rng.shuffle(examples)
     return examples
+
+
+def deeper_example(example: Example, task: Task, answers: Sequence[Answer], rng: random.Random) -> Example:
+    """``example`` (a refinement) with one or two more earlier attempts in its prompt, before its own: flawed answers
+    of ``task`` (other programs than the attempts already there) with their feedback, as a trajectory's failed turns
+    would appear. The answer is the same: it still responds to the last attempt. Unchanged when the task has no
+    other flawed answer."""
+    seen = {a.code for a in example.attempts}
+    flawed = [a for a in answers if a.kind in FLAWED_KINDS and a.code not in seen]
+    if not flawed:
+        return example
+    plan = _plan_for(task)
+    earlier = rng.sample(flawed, min(len(flawed), rng.choice((1, 2))))
+    attempts = (*(Attempt(a.code, a.summary, _feedback(plan, a, example.backend)) for a in earlier), *example.attempts)
+    return replace(example, messages=build_messages(task, list(attempts), backend=example.backend), attempts=attempts,
+                   turn=len(attempts) + 1)
 
 
 def coverage(tasks: Sequence[Task] | None = None) -> dict[str, dict[str, Any]]:

@@ -254,6 +254,38 @@ def test_first_turn_prompts_carry_the_worked_example_and_refinements_the_attempt
     assert kept and 1.1 <= float(kept.group(1)) <= 150  # a kept attempt already beats the reference
 
 
+def test_deeper_refinements_put_one_or_two_failed_attempts_before_the_one_answered():
+    task = builtin_tasks(names=["Gemm_ReLU_Divide"])[0]
+    answers = corpus.kernel_answers(task, "cpu")
+    flawed = {a.code for a in answers if a.kind in FLAWED_KINDS}
+    rng = __import__("random").Random(0)
+    for e in corpus.refinement_examples(task, "cpu"):
+        deep = corpus.deeper_example(e, task, answers, rng)
+        assert deep.turn == len(deep.attempts) + 1 in (3, 4)
+        assert deep.attempts[-1] == e.attempts[0] and deep.answer == e.answer  # the same attempt, the same answer
+        earlier = [a.code for a in deep.attempts[:-1]]
+        assert set(earlier) <= flawed and e.attempts[0].code not in earlier and len(set(earlier)) == len(earlier)
+        prompt = deep.messages[0]["content"]
+        positions = [prompt.index(a.code.strip()) for a in deep.attempts]  # every attempt shown, in order
+        assert positions == sorted(positions)
+
+
+def test_a_deeper_share_of_refinements_and_none_by_default():
+    default = build_corpus(SOME, "cpu", seed=0)
+    assert {e.turn for e in default} == {1, 2}
+    deep = build_corpus(SOME, "cpu", seed=0, mix=Mix(deeper_refinements=0.5))
+    refine = [e for e in deep if e.turn > 1]
+    # round(39 * 0.5) = 20 of the 39 refinements drawn for more attempts (every task here has other flawed answers)
+    assert len(refine) == sum(e.turn > 1 for e in default) == 39
+    assert sum(e.turn > 2 for e in refine) == 20
+    assert sorted(e.answer for e in deep if e.turn == 1) == sorted(e.answer for e in default if e.turn == 1)
+
+
+def test_deeper_refinements_outside_zero_to_one_are_refused():
+    with pytest.raises(ValueError, match="deeper_refinements"):
+        Mix(deeper_refinements=1.5)
+
+
 def test_a_kept_attempt_cannot_outnumber_the_refinements():
     # speedup 0.5 + keep 0.6 = 1.1 of the refinements: no room for it
     with pytest.raises(ValueError, match="refinement_keep"):

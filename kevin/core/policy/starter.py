@@ -99,6 +99,9 @@ class StarterConfig:
     task (`kevin.data.corpus.build_corpus`); with 60 % refinements, a third each is one of each for every task. A
     policy that saw a task's slow attempt sped up but never its fast one kept tends to blend the two programs when its
     first attempt was already correct"""
+    deeper_refinements: float = 0.0
+    """among refinements, the share whose prompt holds one or two more earlier (failed) attempts: third and fourth
+    turns, which a starter trained on second turns alone answers poorly in a 4-turn rollout (kevin.data.corpus.Mix)"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
@@ -190,7 +193,7 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
     if cfg.backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend {cfg.backend!r}; expected 'cpu' or 'cuda'")
     key = (cfg.backend, cfg.tasks, cfg.max_tasks, cfg.per_task, cfg.correct_share, cfg.refinement_share,
-           cfg.refinement_speedup, cfg.refinement_keep, cfg.seed)
+           cfg.refinement_speedup, cfg.refinement_keep, cfg.deeper_refinements, cfg.seed)
     if key not in _CORPUS_CACHE:
         if not 0 < cfg.correct_share < 1:
             raise ValueError(f"correct_share must be in (0, 1), got {cfg.correct_share}")
@@ -199,8 +202,8 @@ def corpus_examples(cfg: StarterConfig) -> list[Any]:
         flawed = sum(w for k, w in base.first_turn.items() if k not in CORRECT_KINDS)
         weights = {k: w * (cfg.correct_share / correct if k in CORRECT_KINDS else (1 - cfg.correct_share) / flawed)
                    for k, w in base.first_turn.items()}
-        mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share,
-                  refinement_speedup=cfg.refinement_speedup, refinement_keep=cfg.refinement_keep)
+        mix = Mix(first_turn=weights, refinement_share=cfg.refinement_share, refinement_speedup=cfg.refinement_speedup,
+                  refinement_keep=cfg.refinement_keep, deeper_refinements=cfg.deeper_refinements)
         _CORPUS_CACHE[key] = build_corpus(starter_tasks(cfg), cfg.backend, seed=cfg.seed, mix=mix, per_task=cfg.per_task)
     return _CORPUS_CACHE[key]
 
@@ -304,7 +307,7 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
     answer_tokens = sum(sum(1 for x in r["labels"] if x != -100) for r in kept)
     stats: dict[str, Any] = {
         "examples": len(kept), "dropped_too_long": len(rows) - len(kept),
-        "first_turn": sum(e.turn == 1 for e in examples), "refinement": sum(e.turn == 2 for e in examples),
+        "first_turn": sum(e.turn == 1 for e in examples), "refinement": sum(e.turn > 1 for e in examples),
         "tokens": sum(len(r["input_ids"]) for r in kept), "answer_tokens": answer_tokens,
         "vocab_size": len(tokenizer), "device": device,
     }
@@ -398,10 +401,16 @@ def cache_root() -> Path:
     return Path(base) / "starter"
 
 
+_ADDED_LATER = {"deeper_refinements": 0.0}
+"""Fields added after starters were trained and shipped, with their defaults: a field at its default is left out of
+`starter_key`, so the starters trained before it keep their keys (the corpus is the same)."""
+
+
 def starter_key(cfg: StarterConfig) -> str:
     """A hash of everything the weights depend on: the config, every training example's text, the format version."""
     h = hashlib.sha256()
-    h.update(json.dumps({"config": dataclasses.asdict(cfg), "format": FORMAT_VERSION}, sort_keys=True).encode())
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if _ADDED_LATER.get(k, ()) != v}  # (see there)
+    h.update(json.dumps({"config": config, "format": FORMAT_VERSION}, sort_keys=True).encode())
     for e in corpus_examples(cfg):
         h.update(json.dumps([e.messages, e.answer], sort_keys=True).encode())
     return h.hexdigest()[:16]
