@@ -2,10 +2,11 @@
 # The closed loop on one GPU, an H200 or an H100 (results: benchmarks/README.md, "The loop on one GPU").
 # 1. optionally GPU tests (TESTS_S=60 runs the wall-check test; TESTS holds pytest's arguments, e.g.
 # TESTS="tests/sandbox" TESTS_S=240 for all the sandbox's); 2. warm-start the "medium" starter (Qwen2 layout, ~130M
-# parameters) on the CUDA corpus on the GPU; 3. RL from it with recipes/train_multiturn.py through the CUDA sandbox,
-# as many of --steps as the time allows. Run from the repository root. It writes to $JOB_OUT when started by
-# benchmarks/detach.sh (the run outlives one device command: `bash benchmarks/detach.sh start loop bash
-# benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so far are copied there every 10 s.
+# parameters) on the CUDA corpus on the GPU, with third and fourth turns among its refinements (DEEPER, the share given
+# to --deeper_refinements; 0: second turns only, as the starters of the runs before 2026-12-06); 3. RL from it with
+# recipes/train_multiturn.py through the CUDA sandbox, as many of --steps as the time allows. Run from the repository
+# root. It writes to $JOB_OUT when started by benchmarks/detach.sh (the run outlives one device command:
+# `bash benchmarks/detach.sh start loop bash benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so far are copied there every 10 s.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
@@ -28,7 +29,8 @@ fi
 echo "== warm start (t=$SECONDS s)"
 warm() {
   timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
-    --threads 8 --output_dir "$R/starter" --overwrite ${WARM_ARGS:-} "$@" >> "$OUT/warmstart.log" 2>&1
+    --threads 8 --output_dir "$R/starter" --overwrite --deeper_refinements "${DEEPER:-0.5}" ${WARM_ARGS:-} "$@" \
+    >> "$OUT/warmstart.log" 2>&1
 }
 # a diverged warm start (non-finite weights) is refused; once, it is trained again at a lower learning rate
 : > "$OUT/warmstart.log"; warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
