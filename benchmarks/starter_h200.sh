@@ -6,7 +6,8 @@
 # to --deeper_refinements; 0: second turns only, as the starters of the runs before 2026-12-06); 3. RL from it with
 # recipes/train_multiturn.py through the CUDA sandbox, as many of --steps as the time allows. Run from the repository
 # root. It writes to $JOB_OUT when started by benchmarks/detach.sh (the run outlives one device command:
-# `bash benchmarks/detach.sh start loop bash benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so far are copied there every 10 s.
+# `bash benchmarks/detach.sh start loop bash benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so
+# far are copied there every 10 s.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
