@@ -15,7 +15,8 @@ status the sandbox gives it (`kevin.sandbox.STATUSES`).
 `build_corpus` turns them into chat examples: first turns (the prompt of `build_messages`, then an answer)
 mixed so that well under all of them are correct (default 45 %), and refinement turns whose prompt shows an
 earlier attempt with feedback worded like the sandbox's and whose answer fixes a flawed one, speeds up a slow one or
-keeps a fast one.
+keeps a fast one; optionally (``Mix.deeper_refinements``) with one or two failed attempts before it, as a third or
+fourth turn's prompt holds them.
 
     answers = kernel_answers(task, "cpu")               # [] when no template covers the task
     examples = build_corpus(builtin_tasks(), "cpu", seed=0)
@@ -117,8 +118,8 @@ class Mix:
     ``refinement_speedup``: among refinements, the share whose attempt was correct but slow (the answer is the fast
     version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer submits it again;
     a policy that never saw a good attempt in its prompt tends to rewrite one into a broken program). At most one of
-    each per task; the rest fix a flawed attempt. ``deeper_refinements``: among refinements, the share whose prompt
-    holds one or two more earlier attempts before the one the answer responds to (flawed answers of the same task,
+    each per task; the rest fix a flawed attempt. ``deeper_refinements``: among refinements, the share drawn to hold
+    one or two more earlier attempts (`deeper_example`; fewer where a task has no other flawed answer) before the one the answer responds to (flawed answers of the same task,
     with their feedback): the prompts of third and fourth turns, which a starter trained on second turns alone
     answers poorly (it ends inside its thought).
     """
@@ -3853,6 +3854,9 @@ def _fix_thought(plan: _Plan, answer: Answer, fixed: Answer, feedback: str, back
     return f"{head} {recap}", f"{tail} {fixed.summary}"
 
 
+_FIRST_VERSION, _LAST_VERSION = "My first version used", "My last version used"  # a speed-up's thought, by its turn
+
+
 def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | None = None) -> list[Example]:
     """Second-turn examples for ``task``: the prompt shows one earlier attempt with its feedback, the answer fixes
     it, speeds it up or keeps it.
@@ -3889,7 +3893,7 @@ def refinement_examples(task: Task, backend: str, answers: Sequence[Answer] | No
         feedback = _speed_feedback(slow)
         before = _main_plan_text(plan, "slow", backend) or _stage_plan_text(plan, plan.stages, "slow", backend)
         head = ("Correct, but slower than the reference, so the structure has to change, not the details. "
-                f"My first version used {before}.")
+                f"{_FIRST_VERSION} {before}.")
         thought = f"{head} {_thought(plan, plan.stages, 'fast', backend)}"
         text = _response(thought, fast.code, fast.summary)
         attempts = (Attempt(slow.code, slow.summary, feedback),)
@@ -3922,7 +3926,8 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
     ``mix.refinement_speedup`` of those slow-to-fast, ``mix.refinement_keep`` a fast attempt kept, at most one of
     each per task (a share beyond one a task goes to fixes), both dealt over the tasks in the same shuffled order, so
     the tasks of the smaller share also have the larger's; the rest fix flawed attempts, tasks taken in a round
-    robin. The result is shuffled.
+    robin. Then ``round(R * mix.deeper_refinements)`` of the R refinements, drawn at random, get one or two failed
+    attempts before theirs (`deeper_example`). The result is shuffled.
 
     >>> from kevin.data.builtin import builtin_tasks
     >>> ex = build_corpus(builtin_tasks(names=["ReLU", "Gemm_ReLU_Divide"]), "cpu", seed=0)
@@ -4006,8 +4011,8 @@ def build_corpus(tasks: Sequence[Task], backend: str, *, seed: int, mix: Mix | N
 def deeper_example(example: Example, task: Task, answers: Sequence[Answer], rng: random.Random) -> Example:
     """``example`` (a refinement) with one or two more earlier attempts in its prompt, before its own: flawed answers
     of ``task`` (other programs than the attempts already there) with their feedback, as a trajectory's failed turns
-    would appear. The answer is the same: it still responds to the last attempt. Unchanged when the task has no
-    other flawed answer."""
+    would appear. The answer still responds to the last attempt (a speed-up's thought names it the last version, not
+    the first). Unchanged when the task has no other flawed answer."""
     seen = {a.code for a in example.attempts}
     flawed = [a for a in answers if a.kind in FLAWED_KINDS and a.code not in seen]
     if not flawed:
@@ -4015,8 +4020,9 @@ def deeper_example(example: Example, task: Task, answers: Sequence[Answer], rng:
     plan = _plan_for(task)
     earlier = rng.sample(flawed, min(len(flawed), rng.choice((1, 2))))
     attempts = (*(Attempt(a.code, a.summary, _feedback(plan, a, example.backend)) for a in earlier), *example.attempts)
-    return replace(example, messages=build_messages(task, list(attempts), backend=example.backend), attempts=attempts,
-                   turn=len(attempts) + 1)
+    answer = example.answer.replace(_FIRST_VERSION, _LAST_VERSION, 1) if example.kind == "speedup" else example.answer
+    return replace(example, messages=build_messages(task, list(attempts), backend=example.backend), answer=answer,
+                   attempts=attempts, turn=len(attempts) + 1)
 
 
 def coverage(tasks: Sequence[Task] | None = None) -> dict[str, dict[str, Any]]:

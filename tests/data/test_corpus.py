@@ -262,7 +262,11 @@ def test_deeper_refinements_put_one_or_two_failed_attempts_before_the_one_answer
     for e in corpus.refinement_examples(task, "cpu"):
         deep = corpus.deeper_example(e, task, answers, rng)
         assert deep.turn == len(deep.attempts) + 1 in (3, 4)
-        assert deep.attempts[-1] == e.attempts[0] and deep.answer == e.answer  # the same attempt, the same answer
+        assert deep.attempts[-1] == e.attempts[0]  # the same attempt answered ...
+        if e.kind == "speedup":  # ... by the same answer, whose thought names the slow attempt the last, not the first
+            assert deep.answer == e.answer.replace("My first version", "My last version") != e.answer
+        else:
+            assert deep.answer == e.answer
         earlier = [a.code for a in deep.attempts[:-1]]
         assert set(earlier) <= flawed and e.attempts[0].code not in earlier and len(set(earlier)) == len(earlier)
         prompt = deep.messages[0]["content"]
@@ -278,6 +282,7 @@ def test_a_deeper_share_of_refinements_and_none_by_default():
     # round(39 * 0.5) = 20 of the 39 refinements drawn for more attempts (every task here has other flawed answers)
     assert len(refine) == sum(e.turn > 1 for e in default) == 39
     assert sum(e.turn > 2 for e in refine) == 20
+    assert {e.turn for e in refine} == {2, 3, 4}  # one or two attempts put before
     assert sorted(e.answer for e in deep if e.turn == 1) == sorted(e.answer for e in default if e.turn == 1)
 
 

@@ -90,7 +90,7 @@ class StarterConfig:
     correct_share: float = 0.5
     """share of correct first-turn answers in the corpus (kevin.data.corpus.Mix.correct_share)"""
     refinement_share: float = 0.6
-    """share of refinement (turn 2) examples in the corpus (with a fifth of them, the starter's second turns in RL
+    """share of refinement (later turn) examples in the corpus (with a fifth of them, the starter's second turns in RL
     were mostly format errors: answers that start inside an earlier kernel or never close the thought)"""
     refinement_speedup: float = 1 / 3
     """among refinements, the share whose attempt is the slow correct program (the answer: the fast one)"""
@@ -100,8 +100,8 @@ class StarterConfig:
     policy that saw a task's slow attempt sped up but never its fast one kept tends to blend the two programs when its
     first attempt was already correct"""
     deeper_refinements: float = 0.0
-    """among refinements, the share whose prompt holds one or two more earlier (failed) attempts: third and fourth
-    turns, which a starter trained on second turns alone answers poorly in a 4-turn rollout (kevin.data.corpus.Mix)"""
+    """among refinements, the share drawn to hold one or two more earlier (failed) attempts: third and fourth turns,
+    which a starter trained on second turns alone answers poorly in a 4-turn rollout (kevin.data.corpus.Mix)"""
     epochs: float = 14.0
     """passes over the corpus: a small model needs many to reproduce the programs it saw"""
     batch_size: int = 4
@@ -308,11 +308,15 @@ def train_starter(cfg: StarterConfig = StarterConfig(), output_dir: str | os.Pat
     stats: dict[str, Any] = {
         "examples": len(kept), "dropped_too_long": len(rows) - len(kept),
         "first_turn": sum(e.turn == 1 for e in examples), "refinement": sum(e.turn > 1 for e in examples),
+        "later_turns": sum(e.turn > 2 for e in examples),
         "tokens": sum(len(r["input_ids"]) for r in kept), "answer_tokens": answer_tokens,
         "vocab_size": len(tokenizer), "device": device,
     }
-    _say(f"{stats['examples']} examples ({stats['first_turn']} first turns, {stats['refinement']} refinements), "
-         f"{stats['tokens']:,} tokens of which {answer_tokens:,} answer tokens; vocabulary {len(tokenizer)}", progress)
+    later = f" ({stats['later_turns']} of them third or fourth turns)" if stats["later_turns"] else ""
+    dropped = f"; {len(rows) - len(kept)} over {cfg.max_length} tokens left out" if len(rows) > len(kept) else ""
+    _say(f"{stats['examples']} examples ({stats['first_turn']} first turns, {stats['refinement']} refinements{later}), "
+         f"{stats['tokens']:,} tokens of which {answer_tokens:,} answer tokens; vocabulary {len(tokenizer)}{dropped}",
+         progress)
 
     with _restored_random_states(), torch_threads(threads), tempfile.TemporaryDirectory(prefix="kevin-starter-") as scratch:
         torch.manual_seed(cfg.seed)
@@ -401,6 +405,7 @@ def cache_root() -> Path:
     return Path(base) / "starter"
 
 
+_ABSENT = object()
 _ADDED_LATER = {"deeper_refinements": 0.0}
 """Fields added after starters were trained and shipped, with their defaults: a field at its default is left out of
 `starter_key`, so the starters trained before it keep their keys (the corpus is the same)."""
@@ -409,7 +414,7 @@ _ADDED_LATER = {"deeper_refinements": 0.0}
 def starter_key(cfg: StarterConfig) -> str:
     """A hash of everything the weights depend on: the config, every training example's text, the format version."""
     h = hashlib.sha256()
-    config = {k: v for k, v in dataclasses.asdict(cfg).items() if _ADDED_LATER.get(k, ()) != v}  # (see there)
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if _ADDED_LATER.get(k, _ABSENT) != v}  # (see there)
     h.update(json.dumps({"config": config, "format": FORMAT_VERSION}, sort_keys=True).encode())
     for e in corpus_examples(cfg):
         h.update(json.dumps([e.messages, e.answer], sort_keys=True).encode())

@@ -191,6 +191,13 @@ def test_the_shipped_cpu_starter_is_the_one_the_default_config_trains_and_under_
     assert (shipped / starter.PACKED).stat().st_size <= 10 * 10**6
 
 
+def test_a_field_added_later_enters_the_key_only_when_set():
+    # deeper_refinements at its default 0 leaves the key of the starters trained before it; set, it changes the key
+    small = StarterConfig(tasks="ReLU,Gemm_ReLU_Divide")
+    assert starter.starter_key(small) == starter.starter_key(dataclasses.replace(small, deeper_refinements=0))
+    assert starter.starter_key(small) != starter.starter_key(dataclasses.replace(small, deeper_refinements=0.5))
+
+
 def test_a_starter_unpacked_from_a_shipped_copy_is_not_shipped_again(tmp_path, monkeypatch):
     monkeypatch.setenv("KEVIN_CACHE_DIR", str(tmp_path / "cache"))
     trained = tmp_path / "trained"
