@@ -119,9 +119,10 @@ class Mix:
     version); ``refinement_keep``: the share whose attempt was correct and already fast (the answer submits it again;
     a policy that never saw a good attempt in its prompt tends to rewrite one into a broken program). At most one of
     each per task; the rest fix a flawed attempt. ``deeper_refinements``: among refinements, the share drawn to hold
-    one or two more earlier attempts (`deeper_example`; fewer where a task has no other flawed answer) before the one the answer responds to (flawed answers of the same task,
-    with their feedback): the prompts of third and fourth turns, which a starter trained on second turns alone
-    answers poorly (it ends inside its thought).
+    one or two more earlier attempts before the one the answer responds to (flawed answers of the same task, with
+    their feedback; `deeper_example`, which leaves a task without another flawed answer as it is): the prompts of
+    third and fourth turns, which a starter trained on second turns alone answers poorly (it ends inside its
+    thought).
     """
 
     first_turn: Mapping[str, float] = field(default_factory=lambda: {
