@@ -7,7 +7,7 @@
 # recipes/train_multiturn.py through the CUDA sandbox, as many of --steps as the time allows. Run from the repository
 # root. It writes to $JOB_OUT when started by benchmarks/detach.sh (the run outlives one device command:
 # `bash benchmarks/detach.sh start loop bash benchmarks/starter_h200.sh`), else to $OUT; the metrics and rollouts so
-# far are copied there every 10 s.
+# far are copied there every 10 s. While the starter trains, benchmarks/warm_sandbox.py fills the build caches.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
@@ -27,6 +27,11 @@ if [ "${TESTS_S:-0}" -gt 0 ]; then
     > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log"; tail -3 "$OUT/gpu_tests.log"
 fi
 
+# the CPU cores are idle while the starter trains: fill the sandbox's build caches meanwhile (PREWARM=0: off)
+if [ "${PREWARM:-1}" = 1 ]; then
+  python3 benchmarks/warm_sandbox.py --tasks "$TASKS" --backend cuda > "$OUT/warm_sandbox.log" 2>&1 &
+  PREWARM_PID=$!
+fi
 echo "== warm start (t=$SECONDS s)"
 warm() {
   timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
@@ -38,6 +43,10 @@ warm() {
 if [ $rc -ne 0 ] && grep -q "diverged" "$OUT/warmstart.log"; then warm --lr "${RETRY_LR:-3e-4}"; echo "rc=$?" >> "$OUT/warmstart.log"; fi
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
 
+if [ -n "${PREWARM_PID:-}" ]; then  # at most 120 s more, so that its builds do not share the first step's cores
+  for _ in $(seq 24); do kill -0 "$PREWARM_PID" 2>/dev/null || break; sleep 5; done
+  kill "$PREWARM_PID" 2>/dev/null; tail -2 "$OUT/warm_sandbox.log"
+fi
 echo "== RL (t=$SECONDS s)"
 timeout $(( BUDGET - SECONDS > 30 ? BUDGET - SECONDS : 30 )) python3 recipes/train_multiturn.py --model "$R/starter" \
   --backend cuda --tasks "$TASKS" $RL --output_dir "$R/rl" --overwrite > "$OUT/rl.log" 2>&1; echo "rc=$?" >> "$OUT/rl.log"

@@ -1,0 +1,40 @@
+"""Fill a sandbox's disk caches before an RL run: the precompiled header and the builds of the corpus's kernels.
+
+A run's first step otherwise pays for every cold build at once (the PCH, then each first compile). The warm start
+trains on the GPU while the CPU cores sit idle; this script uses them: it judges every first-turn answer of the
+corpus for the given tasks (correct, slow and flawed) with speed not measured, so their builds land in the cache
+that the RL run's sandbox reads (``KEVIN_CACHE_DIR``). Goldens live in a sandbox's memory and are not kept.
+
+    python benchmarks/warm_sandbox.py --tasks "builtin:GELU,Conv3d" --backend cuda
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+from kevin.data.builtin import tasks_from_spec
+from kevin.data.corpus import kernel_answers
+from kevin.sandbox import Sandbox, SandboxConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="builtin", help='"builtin", "builtin:<name>,...", or a task file')
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
+    parser.add_argument("--workers", type=int, default=None, help="compile workers (default: all cores)")
+    args = parser.parse_args()
+
+    tasks = tasks_from_spec(args.tasks)
+    jobs = [(task, answer.code) for task in tasks for answer in kernel_answers(task, args.backend) if answer.code]
+    config = SandboxConfig(measure_speed=False, **({"workers": args.workers} if args.workers else {}))
+    sandbox = Sandbox("cuda" if args.backend == "cuda" else "cpu", config)
+    start = time.monotonic()
+    print(f"judging {len(jobs)} corpus kernels of {len(tasks)} tasks", flush=True)
+    results = sandbox.evaluate_many(jobs)
+    counts = collections.Counter(r.status for r in results)
+    print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
