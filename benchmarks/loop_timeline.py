@@ -8,7 +8,9 @@ ROLLOUTS_DIR its ``rollouts/`` folder (``step_*.jsonl.gz``). Per step it prints 
 calls (seconds, rows), and the seconds the policy sat idle, split into the set-up before its first call, the wait
 for verdicts before its second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
 (the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step, for the kernels
-judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox.
+judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox, and the
+device's timing hold: the seconds a correct kernel waited for it after its outputs were compared (its "correctness"
+phase counts that wait), and the seconds it was held, which no generate call and no other timing overlaps.
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def waits(rollout: dict) -> dict[str, float]:
 
 
 def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
-    """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused."""
+    """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused. Two more lists
+    for the kernels that were timed: "hold wait" (compared -> timing in the judge's timeline) and "held" (timing ->
+    rechecked)."""
     phases: dict[str, list[float]] = defaultdict(list)
     fresh = reused = 0
     with gzip.open(path, "rt") as f:
@@ -81,6 +85,10 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
                 fresh += 1
                 for phase in PHASES:
                     phases[phase].append(float(details["phase_seconds"].get(phase, 0.0)))
+                marks = details.get("timeline") or {}
+                if {"compared", "timing", "rechecked"} <= set(marks):
+                    phases["hold wait"].append(marks["timing"] - marks["compared"])
+                    phases["held"].append(marks["rechecked"] - marks["timing"])
     return phases, fresh, reused
 
 
@@ -98,8 +106,12 @@ def main(argv: list[str]) -> None:
         if k <= len(files):
             phases, fresh, reused = kernel_phases(files[k - 1])
             if fresh:
+                held, wait = phases.pop("held", []), phases.pop("hold wait", [])
                 print(f"  {fresh} kernels judged afresh, {reused} reused; phase seconds mean/max: " + ", ".join(
                     f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
+                if held:
+                    print(f"  {len(held)} timed: the device held {sum(held):.1f}s in all (mean {sum(held) / len(held):.1f}"
+                          f"s), waited for {sum(wait) / len(wait):.1f}s on average (max {max(wait):.1f}s)")
 
 
 if __name__ == "__main__":

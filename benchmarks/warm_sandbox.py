@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import collections
+import sys
 import time
+from pathlib import Path
 
-from kevin.data.builtin import tasks_from_spec
-from kevin.data.corpus import kernel_answers
-from kevin.sandbox import Sandbox, SandboxConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from kevin.data.builtin import tasks_from_spec  # noqa: E402
+from kevin.data.corpus import kernel_answers  # noqa: E402
+from kevin.sandbox import Sandbox, SandboxConfig  # noqa: E402
 
 
 def main() -> None:
