@@ -10,7 +10,7 @@
 # far are copied there every 10 s. While the starter trains, benchmarks/warm_sandbox.py fills the build caches; once
 # it is trained, benchmarks/starter_first_turn.py counts its first-turn answers by corpus kind (FIRST_TURN=0: off).
 # SHARPEN (default 1.0) is the starter's --sharpen: the medium model fits its corpus closely (a last loss under 0.01),
-# and with 1.3 it began RL at 0.66-0.73 of its first turns correct, writing few distinct programs.
+# and with 1.3 it began RL at 0.53-0.78 of its first turns correct, writing few distinct programs.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
