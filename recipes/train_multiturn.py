@@ -142,7 +142,7 @@ class Config(RunConfig):
 CPU = dict(tasks_per_step=2, n_trajectories=4, n_turns=2, raise_max_new_tokens_by=1.0, max_prompt_tokens=None,
            backend="cpu", bf16=False, gradient_checkpointing=False, micro_batch_size=8)
 PRESETS = {"starter": dict(CPU, tasks="builtin:GroupNorm,Conv2d_LayerNorm_GELU_ResidualAdd,BMM_LayerNorm_ReLU,"
-                                      "Matmul_Scaling_ResidualAdd_Clamp", tasks_per_step=4, max_new_tokens=512, steps=6,
+                                      "Matmul_Scaling_ResidualAdd_Clamp", tasks_per_step=4, max_new_tokens=512, steps=8,
                            lr=1e-4, output_dir="runs/starter"),
            "tiny": dict(CPU, max_new_tokens=32, steps=3, lr=1e-4, output_dir="runs/tiny")}
 
