@@ -9,8 +9,10 @@ calls (seconds, rows), and the seconds the policy sat idle, split into the set-u
 for verdicts before its second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
 (the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step, for the kernels
 judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox, and the
-device's timing hold: the seconds a correct kernel waited for it after its outputs were compared (its "correctness"
-phase counts that wait), and the seconds it was held, which no generate call and no other timing overlaps.
+kernels' timing holds of the device: the seconds from a correct kernel's outputs compared to its hold (the wait for
+the device, and before it, on CUDA, the check of the built library's symbols; its "correctness" phase counts both),
+and the seconds it held the device, which no generate call and no other timing overlaps. The references' own timings
+also hold the device alone and are not counted here: the sum is a lower bound on the step's held time.
 """
 
 from __future__ import annotations
@@ -70,14 +72,15 @@ def waits(rollout: dict) -> dict[str, float]:
 def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
     """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused. Two more lists
     for the kernels that were timed: "hold wait" (compared -> timing in the judge's timeline) and "held" (timing ->
-    rechecked)."""
+    rechecked, or -> timed for a timing that ended in a crash)."""
     phases: dict[str, list[float]] = defaultdict(list)
     fresh = reused = 0
     with gzip.open(path, "rt") as f:
         for line in f:
             for turn in json.loads(line)["turns"]:
                 details = turn["result"].get("details") or {}
-                if "phase_seconds" not in details or turn["result"]["status"] == "format_error":
+                static = turn["result"]["status"] == "format_error" and "timeline" not in details
+                if "phase_seconds" not in details or static:
                     continue  # never reached the sandbox, or stopped by its static checks
                 if details.get("reused"):
                     reused += 1
@@ -86,9 +89,10 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
                 for phase in PHASES:
                     phases[phase].append(float(details["phase_seconds"].get(phase, 0.0)))
                 marks = details.get("timeline") or {}
-                if {"compared", "timing", "rechecked"} <= set(marks):
+                end = marks.get("rechecked", marks.get("timed"))
+                if "compared" in marks and "timing" in marks and end is not None:
                     phases["hold wait"].append(marks["timing"] - marks["compared"])
-                    phases["held"].append(marks["rechecked"] - marks["timing"])
+                    phases["held"].append(end - marks["timing"])
     return phases, fresh, reused
 
 
@@ -110,8 +114,9 @@ def main(argv: list[str]) -> None:
                 print(f"  {fresh} kernels judged afresh, {reused} reused; phase seconds mean/max: " + ", ".join(
                     f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
                 if held:
-                    print(f"  {len(held)} timed: the device held {sum(held):.1f}s in all (mean {sum(held) / len(held):.1f}"
-                          f"s), waited for {sum(wait) / len(wait):.1f}s on average (max {max(wait):.1f}s)")
+                    print(f"  {len(held)} timed: their holds of the device {sum(held):.1f}s in all (mean "
+                          f"{sum(held) / len(held):.1f}s), after {sum(wait) / len(wait):.1f}s on average from their "
+                          f"outputs compared (max {max(wait):.1f}s)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ A starter trained to a low loss mostly writes its corpus's answers verbatim, and
 status the sandbox gives it (`kevin.data.corpus.EXPECTED_STATUS`). So counting which answer each sample reproduces
 says, in seconds and without compiling anything, how many first-turn kernels would be correct, how many distinct
 programs it writes (a twin's verdict is reused, so few distinct programs mean little for RL to compare), and how
-many are new text. Sampling the starter at temperature T draws what a starter sharpened by s would at T * s.
+many are new text. Sampling the starter at temperature T draws what a starter sharpened by s would at T * s. The
+model samples in float32 here (an RL run on CUDA samples under bf16 autocast: close, not the same numbers).
 
     python benchmarks/starter_first_turn.py --model DIR --backend cuda --tasks builtin --samples 16 \\
         --temperatures 1.0 0.77
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from kevin.core.policy.hf import TransformersPolicy  # noqa: E402
 from kevin.core.policy.starter import load_starter_dir  # noqa: E402
 from kevin.data.builtin import tasks_from_spec  # noqa: E402
-from kevin.data.corpus import kernel_answers  # noqa: E402
+from kevin.data.corpus import CORRECT_KINDS, kernel_answers  # noqa: E402
 from kevin.data.parse import parse_response  # noqa: E402
 from kevin.data.prompts import build_messages  # noqa: E402
 
@@ -50,6 +51,8 @@ def main() -> None:
         parser.error("--samples must be >= 1")
 
     tasks = tasks_from_spec(args.tasks)
+    if not tasks:
+        parser.error(f"--tasks {args.tasks!r} names no task")
     model, tokenizer = load_starter_dir(args.model, device=args.device)
     results = {}
     for temperature in args.temperatures:
@@ -67,7 +70,7 @@ def main() -> None:
             kinds.update(classify(c, answers) for c in codes)
             distinct += len({c.strip() for c in codes if c is not None})
         n = len(tasks) * args.samples
-        correct = sum(kinds[k] for k in ("slow", "fast"))
+        correct = sum(kinds[k] for k in CORRECT_KINDS)
         results[temperature] = {"responses": n, "kinds": dict(kinds), "correct_by_corpus": correct / n,
                                 "distinct_programs": distinct, "seconds": round(time.monotonic() - start, 1)}
         print(f"T={temperature:g}: {n} responses, {correct / n:.2f} reproduce a correct corpus answer, "

@@ -22,7 +22,7 @@ RL=${RL:-"--tasks_per_step 4 --n_trajectories 8 --n_turns 2 --max_new_tokens 102
 (while sleep 10; do cp "$R/rl/metrics.jsonl" "$OUT/rl_metrics.jsonl" 2>/dev/null
   mkdir -p "$OUT/rollouts" && cp "$R"/rl/rollouts/*.jsonl.gz "$OUT/rollouts/" 2>/dev/null; done) &
 COPIER=$!
-trap 'kill $COPIER 2>/dev/null' EXIT
+trap 'kill $COPIER ${PREWARM_PID:-} 2>/dev/null' EXIT
 
 if [ "${TESTS_S:-0}" -gt 0 ]; then
   echo "== GPU tests (t=$SECONDS s)"
@@ -30,30 +30,32 @@ if [ "${TESTS_S:-0}" -gt 0 ]; then
     > "$OUT/gpu_tests.log" 2>&1; echo "rc=$?" >> "$OUT/gpu_tests.log"; tail -3 "$OUT/gpu_tests.log"
 fi
 
-# the CPU cores are idle while the starter trains: fill the sandbox's build caches meanwhile (PREWARM=0: off)
+# the CPU cores are idle while the starter trains (8 threads): fill the sandbox's build caches meanwhile on 8 workers,
+# every kernel not judged after PREWARM_S seconds stopped with its compile (PREWARM=0: off)
+PREWARM_PID=
 if [ "${PREWARM:-1}" = 1 ]; then
-  python3 benchmarks/warm_sandbox.py --tasks "$TASKS" --backend cuda > "$OUT/warm_sandbox.log" 2>&1 &
+  python3 benchmarks/warm_sandbox.py --tasks "$TASKS" --backend cuda --workers 8 --deadline_s "${PREWARM_S:-150}" \
+    > "$OUT/warm_sandbox.log" 2>&1 &
   PREWARM_PID=$!
 fi
 echo "== warm start (t=$SECONDS s)"
 warm() {
   timeout "${WARM_S:-330}" python3 recipes/warmstart.py --backend cuda --model_shape "${SHAPE:-medium}" --device cuda \
-    --threads 8 --output_dir "$R/starter" --overwrite --deeper_refinements "${DEEPER:-0.5}" --sharpen "${SHARPEN:-1.0}" \
-    ${WARM_ARGS:-} "$@" \
+    --threads 8 --output_dir "$R/starter" --overwrite --deeper_refinements "${DEEPER:-0.5}" \
+    --sharpen "${SHARPEN:-1.0}" ${WARM_ARGS:-} "$@" \
     >> "$OUT/warmstart.log" 2>&1
 }
 # a diverged warm start (non-finite weights) is refused; once, it is trained again at a lower learning rate
 : > "$OUT/warmstart.log"; warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
 if [ $rc -ne 0 ] && grep -q "diverged" "$OUT/warmstart.log"; then warm --lr "${RETRY_LR:-3e-4}"; echo "rc=$?" >> "$OUT/warmstart.log"; fi
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
-if [ "${FIRST_TURN:-1}" = 1 ]; then  # at the RL recipe's default temperature, 0.9
+if [ "${FIRST_TURN:-1}" = 1 ] && [ -f "$R/starter/config.json" ]; then  # at the RL recipe's temperature, 0.9
   timeout 120 python3 benchmarks/starter_first_turn.py --model "$R/starter" --tasks "$TASKS" --samples 16 \
-    --temperatures 0.9 --out "$OUT/first_turn.json" 2>&1 | tail -1
+    --temperatures 0.9 --out "$OUT/first_turn.json" > "$OUT/first_turn.log" 2>&1; tail -1 "$OUT/first_turn.log"
 fi
 
-if [ -n "${PREWARM_PID:-}" ]; then  # at most 120 s more, so that its builds do not share the first step's cores
-  for _ in $(seq 24); do kill -0 "$PREWARM_PID" 2>/dev/null || break; sleep 5; done
-  kill "$PREWARM_PID" 2>/dev/null; tail -2 "$OUT/warm_sandbox.log"
+if [ -n "$PREWARM_PID" ]; then  # ends by its deadline, its compiles stopped: none shares the first step's cores
+  wait "$PREWARM_PID"; tail -2 "$OUT/warm_sandbox.log"
 fi
 echo "== RL (t=$SECONDS s)"
 timeout $(( BUDGET - SECONDS > 30 ? BUDGET - SECONDS : 30 )) python3 recipes/train_multiturn.py --model "$R/starter" \

@@ -2,7 +2,7 @@
 
 A run's first step otherwise pays for every cold build at once (the PCH, then each first compile). The warm start
 trains on the GPU while the CPU cores sit idle; this script uses them: it judges every first-turn answer of the
-corpus for the given tasks (correct, slow and flawed) with speed not measured, so their builds land in the cache
+corpus for the given tasks (slow, fast and flawed) with speed not measured, so their builds land in the cache
 that the RL run's sandbox reads (``KEVIN_CACHE_DIR``). Goldens live in a sandbox's memory and are not kept.
 
     python benchmarks/warm_sandbox.py --tasks "builtin:GELU,Conv3d" --backend cuda
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="builtin", help='"builtin", "builtin:<name>,...", or a task file')
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
     parser.add_argument("--workers", type=int, default=None, help="compile workers (default: all cores)")
+    parser.add_argument("--deadline_s", type=float, default=None,
+                        help="stop the kernels not judged by then, their compiles included (default: none)")
     args = parser.parse_args()
 
     tasks = tasks_from_spec(args.tasks)
@@ -35,8 +38,14 @@ def main() -> None:
     sandbox = Sandbox("cuda" if args.backend == "cuda" else "cpu", config)
     start = time.monotonic()
     print(f"judging {len(jobs)} corpus kernels of {len(tasks)} tasks", flush=True)
-    results = sandbox.evaluate_many(jobs)
+    results = sandbox.evaluate_many(jobs, deadline_s=args.deadline_s)
     counts = collections.Counter(r.status for r in results)
+    # the precompiled header builds in a thread of the sandbox: an exit mid-build would leave its compiler running on
+    # its own, and the next sandbox would build it again
+    left = None if args.deadline_s is None else max(0.0, args.deadline_s - (time.monotonic() - start))
+    for thread in threading.enumerate():
+        if thread.name == "kevin-pch":
+            thread.join(left)
     print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
 
 
