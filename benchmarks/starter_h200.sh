@@ -49,7 +49,7 @@ warm() {
 : > "$OUT/warmstart.log"; warm; rc=$?; echo "rc=$rc" >> "$OUT/warmstart.log"
 if [ $rc -ne 0 ] && grep -q "diverged" "$OUT/warmstart.log"; then warm --lr "${RETRY_LR:-3e-4}"; echo "rc=$?" >> "$OUT/warmstart.log"; fi
 grep -v "it/s\]" "$OUT/warmstart.log" | tail -5
-if [ "${FIRST_TURN:-1}" = 1 ] && [ -f "$R/starter/config.json" ]; then  # at the RL recipe's temperature, 0.9
+if [ "${FIRST_TURN:-1}" = 1 ] && [ -f "$R/starter/starter.json" ]; then  # at the RL recipe's temperature, 0.9
   timeout 120 python3 benchmarks/starter_first_turn.py --model "$R/starter" --tasks "$TASKS" --samples 16 \
     --temperatures 0.9 --out "$OUT/first_turn.json" > "$OUT/first_turn.log" 2>&1; tail -1 "$OUT/first_turn.log"
 fi

@@ -29,12 +29,20 @@ nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 1000
 SMI=$!
 trap 'kill $SMI 2>/dev/null' EXIT
 
+warm() {  # the medium starter on GPU 0; a diverged one (non-finite weights) is trained again at a lower lr
+  local lr
+  for lr in 5e-4 2.5e-4; do
+    CUDA_VISIBLE_DEVICES=0 timeout 330 python3 recipes/warmstart.py --backend cuda --model_shape medium --device cuda \
+      --threads 8 --output_dir "$R/starter" --overwrite --deeper_refinements 0.5 --sharpen 1.0 --batch_size 8 \
+      --lr "$lr" >> "$OUT/warmstart.log" 2>&1 && return 0
+    grep -q "diverged" "$OUT/warmstart.log" || return 1
+  done
+  return 1
+}
 STARTER=
-if has 3; then  # on GPU 0, while part 1's rollout is made on GPU 1
+if has 3; then  # while part 1's rollout is made on GPU 1
   echo "== warm start of the medium starter on GPU 0 (t=$SECONDS s)"
-  CUDA_VISIBLE_DEVICES=0 timeout 330 python3 recipes/warmstart.py --backend cuda --model_shape medium --device cuda \
-    --threads 8 --output_dir "$R/starter" --overwrite --deeper_refinements 0.5 --sharpen 1.0 --batch_size 8 --lr 5e-4 \
-    > "$OUT/warmstart.log" 2>&1 &
+  : > "$OUT/warmstart.log"; warm &
   STARTER=$!
 fi
 
@@ -42,8 +50,10 @@ if has 1; then
   CHECK="--model $CHECK_MODEL --backend cuda --tasks_per_step 2 --n_trajectories 4 --n_turns 1 --max_new_tokens 256
     --micro_batch_size 4 --bf16 --gradient_checkpointing --generation_mode generate"
   echo "== part 1: a saved rollout, one step on GPU 1 (t=$SECONDS s)"
-  CUDA_VISIBLE_DEVICES=1 timeout 300 python3 recipes/train_multiturn.py $CHECK --steps 1 --checkpoint_every 0 \
-    --output_dir "$R/saved" --overwrite > "$OUT/part1_saved.log" 2>&1; echo "rc=$?" >> "$OUT/part1_saved.log"
+  # under the same launch as the checks, so that the random weights are drawn alike (FSDP draws them on the CPU)
+  CUDA_VISIBLE_DEVICES=1 timeout 300 $FSDP --num_processes 1 recipes/train_multiturn.py $CHECK --steps 1 \
+    --checkpoint_every 0 --output_dir "$R/saved" --overwrite > "$OUT/part1_saved.log" 2>&1
+  echo "rc=$?" >> "$OUT/part1_saved.log"
   FB="$R/saved/rollouts/step_000001.jsonl.gz"
   echo "== part 1: the saved batch, FSDP2, 1 process (t=$SECONDS s)"
   CUDA_VISIBLE_DEVICES=1 timeout 300 $FSDP --num_processes 1 recipes/check_sharding.py $CHECK --rollout_file "$FB" \
@@ -65,7 +75,7 @@ if has 2; then
   cp "$R/seven/metrics.jsonl" "$OUT/part2_metrics.jsonl" 2>/dev/null; log "$OUT/part2.log"
 fi
 
-if has 3; then
+if has 3 && [ -f "$R/starter/starter.json" ]; then
   log "$OUT/warmstart.log" 3
   echo "== part 3: the starter with LoRA under DDP, 2 GPUs, real CUDA kernels (t=$SECONDS s)"
   timeout "${PART3_S:-900}" $DDP --num_processes 2 recipes/train_multiturn.py --model "$R/starter" --lora \
@@ -74,4 +84,5 @@ if has 3; then
     --overwrite > "$OUT/part3.log" 2>&1; echo "rc=$?" >> "$OUT/part3.log"
   cp "$R/lora/metrics.jsonl" "$OUT/part3_metrics.jsonl" 2>/dev/null; log "$OUT/part3.log"
 fi
+has 3 && [ ! -f "$R/starter/starter.json" ] && echo "== part 3 not run: no starter (warmstart.log)"
 echo "== done (t=$SECONDS s)"

@@ -29,7 +29,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
     parser.add_argument("--workers", type=int, default=None, help="compile workers (default: all cores)")
     parser.add_argument("--deadline_s", type=float, default=None,
-                        help="stop the kernels not judged by then, their compiles included (default: none)")
+                        help="stop the kernels not judged by then, their compiles included (default: none); the "
+                             "precompiled header's build is waited for in any case")
     args = parser.parse_args()
 
     tasks = tasks_from_spec(args.tasks)
@@ -40,12 +41,11 @@ def main() -> None:
     print(f"judging {len(jobs)} corpus kernels of {len(tasks)} tasks", flush=True)
     results = sandbox.evaluate_many(jobs, deadline_s=args.deadline_s)
     counts = collections.Counter(r.status for r in results)
-    # the precompiled header builds in a thread of the sandbox: an exit mid-build would leave its compiler running on
-    # its own, and the next sandbox would build it again
-    left = None if args.deadline_s is None else max(0.0, args.deadline_s - (time.monotonic() - start))
+    # the precompiled header builds in a thread of the sandbox, whatever the deadline: an exit mid-build would leave
+    # its compiler running on its own, and the next sandbox would build it again beside it
     for thread in threading.enumerate():
         if thread.name == "kevin-pch":
-            thread.join(left)
+            thread.join()
     print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
 
 
