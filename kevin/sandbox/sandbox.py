@@ -824,10 +824,15 @@ class Sandbox:
             run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                       gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
                                       zygote=zygote, deadline=state.deadline, scratch_parent=self._root)
+            try:
+                if run.worker.proc is not None:  # a cancel signals the worker's group: it must lead one first
+                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are below it
+            except BaseException:
+                run.close()
+                raise
             state.run = run
             try:
                 if hold is not None and run.worker.proc is not None:
-                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are below it
                     hold.register(run.worker.proc.pid)
                 state.check()
                 failed = run.wait_imported(paused_s=hold.paused_s if hold is not None else None, check=False)

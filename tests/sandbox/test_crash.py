@@ -1,5 +1,6 @@
 """Crash containment: every way a candidate can die or hang ends as a status with feedback."""
 
+import os
 import re
 import time
 from pathlib import Path
@@ -119,6 +120,32 @@ def test_the_deadline_stops_candidates_whose_own_limits_are_far_away(cache_dir, 
     assert time.monotonic() - t0 < 15.0 + 10.0
     assert [r.status for r in results] == ["timeout"] * 3
     assert all(r.details["batch_deadline"] and "time ran out" in r.feedback for r in results)
+
+
+def test_a_cancel_can_reach_the_worker_because_it_leads_its_group_before_the_job_names_it(dynamic_sandbox,
+                                                                                          warm_builds, monkeypatch):
+    # A cancel (the batch's deadline) kills the job's worker through its process group, found by the job's ``run``. A
+    # worker forked from the zygote calls setsid only after its pid is reported: named before that, a cancel would
+    # find no group and the worker would compile on past the deadline. So the job is named only once it leads one.
+    import kevin.sandbox.sandbox as sb
+
+    events = []
+    wait_for_group, set_attribute = sb.wait_for_group, sb._JobState.__setattr__
+
+    def waited(pid, *args, **kwargs):
+        wait_for_group(pid, *args, **kwargs)
+        events.append(("leads its group", os.getpgid(pid) == pid))
+
+    def named(state, name, value):
+        if name == "run" and value is not None:
+            events.append(("named", True))
+        set_attribute(state, name, value)
+
+    monkeypatch.setattr(sb, "wait_for_group", waited)
+    monkeypatch.setattr(sb._JobState, "__setattr__", named)
+    r = dynamic_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    assert r.status == "correct"
+    assert events[:2] == [("leads its group", True), ("named", True)]
 
 
 def test_every_result_says_where_its_time_went(dynamic_sandbox, warm_builds):
