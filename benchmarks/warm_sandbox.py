@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from kevin.data.builtin import tasks_from_spec  # noqa: E402
 from kevin.data.corpus import kernel_answers  # noqa: E402
 from kevin.sandbox import Sandbox, SandboxConfig  # noqa: E402
+from kevin.sandbox.build import pch  # noqa: E402
 
 
 def main() -> None:
@@ -41,11 +41,11 @@ def main() -> None:
     print(f"judging {len(jobs)} corpus kernels of {len(tasks)} tasks", flush=True)
     results = sandbox.evaluate_many(jobs, deadline_s=args.deadline_s)
     counts = collections.Counter(r.status for r in results)
-    # the precompiled header builds in a thread of the sandbox, whatever the deadline: an exit mid-build would leave
-    # its compiler running on its own, and the next sandbox would build it again beside it
-    for thread in threading.enumerate():
-        if thread.name == "kevin-pch":
-            thread.join()
+    # the sandbox builds the precompiled header in a background thread: `ensure`, the same call, returns once that
+    # build is in the cache (it waits on the build's lock), whatever the deadline. An exit mid-build would leave its
+    # compiler running on its own, and the next sandbox would build it again beside it.
+    if sandbox.backend == "cuda":
+        pch.ensure(sandbox.cache_dir, "cuda")
     print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
 
 
