@@ -71,6 +71,42 @@ def test_a_recheck_reaches_its_call_through_the_same_permute_and_gather_as_any_c
     assert torch.equal(fresh.make(fresh.source_for(golden, 5), 5)[0], golden[0])
 
 
+def test_the_gpu_permutation_is_a_permutation_fixed_by_its_seed():
+    # the order of random keys (torch's generator, run here on the CPU): every index once, the same for the same seed
+    a = timing._key_order(1000, torch.Generator().manual_seed(5))
+    b = timing._key_order(1000, torch.Generator().manual_seed(5))
+    c = timing._key_order(1000, torch.Generator().manual_seed(6))
+    assert a.dtype == torch.int64 and torch.equal(a.sort().values, torch.arange(1000))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.gpu
+def test_fresh_inputs_on_a_gpu_keep_every_value_at_new_addresses():
+    pool = [[torch.arange(1 << 20, dtype=torch.float32, device="cuda")]]
+    fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=1 << 30)
+    a, b = fresh(0)[0], fresh(1)[0]
+    assert a.data_ptr() != b.data_ptr() and not torch.equal(a, b) and not torch.equal(a, pool[0][0])
+    assert torch.equal(a.sort().values, pool[0][0]) and torch.equal(b.sort().values, pool[0][0])
+
+
+@pytest.mark.gpu
+def test_a_recheck_on_a_gpu_reaches_its_call_through_the_same_permute_and_gather_as_any_call():
+    fresh = timing.FreshInputs([], rng=random.Random(0), keep_alive_bytes=1 << 30)
+    golden = [torch.arange(1 << 20, dtype=torch.float32, device="cuda") * 3, torch.arange(7, device="cuda")]
+    out = fresh.make(fresh.source_for(golden, 5), 5)
+    assert torch.equal(out[0], golden[0]) and torch.equal(out[1], golden[1])
+
+
+@pytest.mark.gpu
+def test_the_gpu_timing_loop_returns_each_rechecks_output_at_its_secret_position():
+    golden = [torch.full((4096,), 3.0, device="cuda")]
+    run = timing.time_calls(lambda a: a[0] * 2, [[torch.randn(4096, device="cuda")]], device=torch.device("cuda"),
+                            n_warmup=2, n_trials=12, budget_s=10, rng=random.Random(0), rechecks=[golden])
+    (p,) = run.recheck_outputs
+    assert len(run.samples_ms) == 12 and not run.errors
+    assert torch.equal(run.recheck_outputs[p][0], torch.full((4096,), 6.0, device="cuda"))
+
+
 def test_the_timing_loop_returns_each_rechecks_output_at_its_secret_position():
     seen = []
 

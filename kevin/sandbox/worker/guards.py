@@ -84,7 +84,8 @@ def _trusted_objects() -> dict[str, Any]:
         "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
         # what makes the timed calls' fresh inputs and picks the rechecks (replaced, the fresh inputs
         # could be unpermuted copies of the correctness sets, told apart from the rechecks)
-        "torch.randperm": torch.randperm, "torch.Generator": torch.Generator, "numpy.random.default_rng": np.random.default_rng,
+        "torch.randperm": torch.randperm, "torch.randint": torch.randint, "torch.sort": torch.sort,
+        "torch.Generator": torch.Generator, "numpy.random.default_rng": np.random.default_rng,
         "random.Random": random.Random, "os.unlink": os.unlink, "secrets.randbits": secrets.randbits,
         "torch.from_numpy": torch.from_numpy,
     }
@@ -130,8 +131,9 @@ def identity_changes(captured: dict[str, Any]) -> list[str]:
 # Operators the harness itself runs on the candidate's outputs and inputs (snapshots, copies, comparisons).
 HARNESS_OPS = ("aten::clone", "aten::copy_", "aten::_to_copy", "aten::to", "aten::detach", "aten::contiguous",
                "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::equal", "aten::eq",
-               "aten::index", "aten::index_select", "aten::randperm", "aten::view", "aten::reshape", "aten::alias",
-               "aten::slice", "aten::zero_", "aten::fill_", "aten::as_strided")
+               "aten::index", "aten::index_select", "aten::randperm", "aten::randint", "aten::random_", "aten::sort",
+               "aten::view", "aten::reshape", "aten::alias", "aten::slice", "aten::zero_", "aten::fill_",
+               "aten::as_strided")
 
 
 def harness_op_names() -> list[str]:
@@ -165,7 +167,8 @@ def registration_changes(before: dict[str, str], names: Sequence[str] | None = N
 # a permutation, a gather, a copy): compared after every timed call, the rest of HARNESS_OPS only before a
 # rechecked output is read. A kernel over one of these, registered after an ordinary call and removed by the
 # next, could hand that call unpermuted correctness sets.
-FRESH_OPS = ("aten::randperm.generator", "aten::index.Tensor", "aten::empty.memory_format", "aten::slice.Tensor",
+FRESH_OPS = ("aten::randperm.generator", "aten::randint.low_generator", "aten::random_.from", "aten::sort.stable",
+             "aten::index.Tensor", "aten::empty.memory_format", "aten::slice.Tensor",
              "aten::copy_", "aten::view", "aten::reshape", "aten::as_strided")
 
 

@@ -168,7 +168,7 @@ class FreshInputs:
 
     `make(source, seed)` permutes every tensor of ``source`` by a permutation drawn from ``seed`` (numpy's on the
     CPU: torch's CPU randperm and index kernels can stall in a process forked from the zygote, whose intra-op pool
-    is not fork-safe; torch's randperm on a GPU) and gathers it into a newly allocated buffer at a random 256-byte
+    is not fork-safe; on a GPU, `_key_order`) and gathers it into a newly allocated buffer at a random 256-byte
     offset. Buffers stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed cache never sees a pointer twice.
     `source_for(content, seed)` is the inverse: the source that `make` turns into ``content`` with that seed, so
     golden content reaches a timed call through exactly the work of any other call.
@@ -191,8 +191,7 @@ class FreshInputs:
             return [gen.permutation(t.numel()) for t in tensors]
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
-        return [torch.randperm(t.numel(), device=t.device, generator=gen,
-                               dtype=torch.int32 if t.numel() < 2**31 else torch.int64) for t in tensors]
+        return [_key_order(t.numel(), gen) for t in tensors]
 
     def _new_buffer(self, t: torch.Tensor) -> torch.Tensor:
         pad = self.rng.randrange(64) * max(1, 256 // max(1, t.element_size()))
@@ -232,9 +231,7 @@ class FreshInputs:
             if x.device.type == "cpu":
                 _bits(src).numpy()[idx] = _bits(x.contiguous().reshape(-1)).numpy()
             else:
-                wide = idx.long()
-                _bits(src)[wide] = _bits(x.reshape(-1))
-                _wipe(wide)
+                _bits(src)[idx] = _bits(x.reshape(-1))
             _wipe(idx)  # drawn again at its call: no copy may wait in freed memory for the candidate to find
             out.append(src.view(x.shape))
         return out
@@ -262,6 +259,19 @@ def _bits(flat: torch.Tensor) -> torch.Tensor:
     if bits is not None:
         return flat.view(bits)
     return flat.view(torch.int64).view(-1, flat.element_size() // 8)
+
+
+def _key_order(n: int, gen: torch.Generator) -> torch.Tensor:
+    """A random permutation of ``range(n)`` (int64, on ``gen``'s device): the stable order of n random 32-bit keys.
+
+    For large n it is cheaper than ``torch.randperm``'s draw (`benchmarks/README.md`), and a timed call draws two
+    (its own and the plan's). Ties keep their index order: a slight bias that no one without the seed can use.
+    The keys would give the permutation back (sort them again), so they are wiped before they are freed."""
+    keys = torch.randint(-2**31, 2**31, (n,), generator=gen, device=gen.device, dtype=torch.int32)
+    ordered, perm = torch.sort(keys, stable=True)
+    _wipe(keys)
+    _wipe(ordered)
+    return perm
 
 
 def _wipe(idx: Any) -> None:
@@ -473,7 +483,7 @@ def time_calls(
             n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
         n = max(n, len(rechecks), 1)
         positions = rng.sample(range(n), len(rechecks))
-        # the plan's own operators (on a GPU: randperm and the scatter of the rechecks' sources) are the harness's
+        # the plan's own operators (on a GPU: the key sort and the scatter of the rechecks' sources) are the harness's
         with harness():
             # Every call's permutation is drawn and scattered here once, in call order: a recheck's source needs it,
             # and a hook watching the harness's buffers would otherwise see only the rechecks' permutations drawn twice
