@@ -1,4 +1,6 @@
 # RT4 (relu): tell rechecks apart by their permutation, which the harness generates twice.
+# Written against torch.randperm's int32 permutations; the harness now draws int64 ones (the order of random keys),
+# which this tracker does not match, so it always computes.
 # A recheck's source is made before the loop by FreshInputs.source_for(content, seed), which draws randperm(seed) and frees it; the recheck call's make draws the same randperm(seed) again. An allocator tracker fingerprints every freed permutation-like block on the GPU (8 distinct int32 values in [0, n)); forward computes ReLU only when this call's permutation was seen before, otherwise returns an uncomputed tensor. Reported time: two tiny launches.
 import torch
 import torch.nn as nn

@@ -1,8 +1,8 @@
 """Worker-side tripwires: global numerics flags, identities of trusted functions, thread counts.
 
 Snapshots are taken before the candidate module is imported (`Tripwires`) and compared after the import,
-after every correctness set, after every timed call (of the dispatcher, only the operators that make fresh
-inputs; all of them before a rechecked output is read) and after timing. Any difference rejects the candidate
+after every correctness set, after every timed call (the dispatcher's table of every harness operator included)
+and after timing. Any difference rejects the candidate
 (hacks C2, C3, D2, D6). These run inside the candidate's process: a change made in one call and undone by the
 next is seen only where it is still in place at a comparison, so objects not listed here (most of torch, numpy)
 can still be changed unseen, and a candidate that rewrites this module can switch the tripwires off. They are
@@ -93,7 +93,7 @@ def _trusted_objects() -> dict[str, Any]:
         objs[f"random.Random.{name}"] = vars(random.Random).get(name) or getattr(random.Random, name)
     for name in ("__eq__", "__ne__", "__sub__", "__torch_function__", "clone", "to", "copy_", "data_ptr",
                  "detach", "contiguous", "numel", "element_size", "untyped_storage", "equal",
-                 "__getitem__", "__setitem__", "reshape", "view", "flatten", "new_empty", "size", "dim"):
+                 "__getitem__", "__setitem__", "reshape", "view", "flatten", "new_empty", "size", "dim", "zero_"):
         objs[f"torch.Tensor.{name}"] = vars(torch.Tensor).get(name) or vars(torch._C.TensorBase).get(name)
     for name in ("record", "elapsed_time", "synchronize", "__init__", "__new__"):
         objs[f"torch.cuda.Event.{name}"] = vars(torch.cuda.Event).get(name)
@@ -101,7 +101,8 @@ def _trusted_objects() -> dict[str, Any]:
     # report channel (the worker binds them before the candidate's import; replacing them is still reported)
     from kevin.sandbox.worker import inventory as _inventory, channel as _worker, timing
 
-    for name in ("time_calls", "FreshInputs", "_snapshot", "_refill", "_gather", "_allocator_owned", "median"):
+    for name in ("time_calls", "FreshInputs", "_snapshot", "_refill", "_gather", "_key_order", "_wipe", "_bits",
+                 "_allocator_owned", "median"):
         objs[f"kevin.sandbox.worker.timing.{name}"] = getattr(timing, name, None)
     for name in ("make", "source_for", "_indices", "_new_buffer"):
         objs[f"kevin.sandbox.worker.timing.FreshInputs.{name}"] = vars(timing.FreshInputs).get(name)
@@ -131,9 +132,9 @@ def identity_changes(captured: dict[str, Any]) -> list[str]:
 # Operators the harness itself runs on the candidate's outputs and inputs (snapshots, copies, comparisons).
 HARNESS_OPS = ("aten::clone", "aten::copy_", "aten::_to_copy", "aten::to", "aten::detach", "aten::contiguous",
                "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::equal", "aten::eq",
-               "aten::index", "aten::index_select", "aten::randperm", "aten::randint", "aten::random_", "aten::sort",
-               "aten::view", "aten::reshape", "aten::alias", "aten::slice", "aten::zero_", "aten::fill_",
-               "aten::as_strided")
+               "aten::index", "aten::index_select", "aten::index_put_", "aten::_index_put_impl_", "aten::randperm",
+               "aten::randint", "aten::random_", "aten::sort", "aten::arange", "aten::resize_", "aten::view",
+               "aten::reshape", "aten::alias", "aten::slice", "aten::zero_", "aten::fill_", "aten::as_strided")
 
 
 def harness_op_names() -> list[str]:
@@ -164,9 +165,9 @@ def registration_changes(before: dict[str, str], names: Sequence[str] | None = N
 
 
 # What the timing loop runs between two calls to make the next one's fresh inputs (a new buffer at an offset,
-# a permutation, a gather, a copy): compared after every timed call, the rest of HARNESS_OPS only before a
-# rechecked output is read. A kernel over one of these, registered after an ordinary call and removed by the
-# next, could hand that call unpermuted correctness sets.
+# a permutation, a gather, a copy): the operators a lighter audit (`Tripwires.changes(dispatcher=False)`) still
+# compares; the timed loop's audit compares every overload of HARNESS_OPS after every call. A kernel over one of
+# these, registered after an ordinary call and removed by the next, could hand that call unpermuted correctness sets.
 FRESH_OPS = ("aten::randperm.generator", "aten::randint.low_generator", "aten::random_.from", "aten::sort.stable",
              "aten::index.Tensor", "aten::empty.memory_format", "aten::slice.Tensor",
              "aten::copy_", "aten::view", "aten::reshape", "aten::as_strided")

@@ -56,7 +56,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -181,17 +181,21 @@ class FreshInputs:
         self._alive: deque[Any] = deque()
         self._alive_bytes = 0
 
-    def _indices(self, seed: int, tensors: Sequence[torch.Tensor]) -> list[Any]:
-        """One permutation per tensor (of its element count), all drawn from ``seed``."""
+    def _indices(self, seed: int, tensors: Sequence[torch.Tensor]) -> Iterator[Any]:
+        """One permutation per tensor (of its element count), all drawn from ``seed`` in order, each drawn only when
+        the one before has been used (one held at a time)."""
         if not tensors:
-            return []
+            return
         device = tensors[0].device
         if device.type == "cpu":
-            gen = np.random.default_rng(seed)
-            return [gen.permutation(t.numel()) for t in tensors]
+            rng = np.random.default_rng(seed)
+            for t in tensors:
+                yield rng.permutation(t.numel())
+            return
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
-        return [_key_order(t.numel(), gen) for t in tensors]
+        for t in tensors:
+            yield _key_order(t.numel(), gen)
 
     def _new_buffer(self, t: torch.Tensor) -> torch.Tensor:
         pad = self.rng.randrange(64) * max(1, 256 // max(1, t.element_size()))
