@@ -1,12 +1,11 @@
 """Worker-side tripwires: global numerics flags, identities of trusted functions, thread counts.
 
-Snapshots are taken before the candidate module is imported (`Tripwires`) and compared after the import,
-after every correctness set, after every timed call (the dispatcher's table of every harness operator included)
-and after timing. Any difference rejects the candidate
-(hacks C2, C3, D2, D6). These run inside the candidate's process: a change made in one call and undone by the
-next is seen only where it is still in place at a comparison, so objects not listed here (most of torch, numpy)
-can still be changed unseen, and a candidate that rewrites this module can switch the tripwires off. They are
-tripwires on top of the parent's own comparisons, not the gate itself.
+Snapshots are taken before the candidate module is imported (`Tripwires`) and compared after the import, after every
+correctness set, after every timed call (the dispatcher's table of every harness operator included) and after
+timing. Any difference rejects the candidate (hacks C2, C3, D2, D6). These run inside the candidate's process: a
+change made in one call and undone by the next is seen only where it is still in place at a comparison, so objects
+not listed here (most of torch, numpy) can still be changed unseen, and a candidate that rewrites this module can
+switch the tripwires off. They are tripwires on top of the parent's own comparisons, not the gate itself.
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ def _key_order(n: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def _wipe(idx: Any) -> None:
-    """Zero a permutation before it is freed."""
+    """Zero a permutation (or the keys that give one) before it is freed."""
     if isinstance(idx, torch.Tensor):
         idx.zero_()
     else:
