@@ -11,7 +11,8 @@ for verdicts before its second call (the first turn's kernels judged), the waits
 judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox, and the
 kernels' timing holds of the device: the seconds from a correct kernel's outputs compared to its hold (the wait for
 the device, and before it, on CUDA, the check of the built library's symbols; its "correctness" phase counts both),
-and the seconds it held the device, which no generate call and no other timing overlaps. The references' own timings
+and the seconds it held the device, which no other timing overlaps (nor, until the timed loop's end, "shared" in its
+timeline, a generate call or a correctness run: the "alone" part). The references' own timings
 also hold the device alone and are not counted here: the sum is a lower bound on the step's held time.
 """
 
@@ -93,6 +94,7 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
                 if "compared" in marks and "timing" in marks and end is not None:
                     phases["hold wait"].append(marks["timing"] - marks["compared"])
                     phases["held"].append(end - marks["timing"])
+                    phases["alone"].append(marks.get("shared", end) - marks["timing"])
     return phases, fresh, reused
 
 
@@ -110,13 +112,14 @@ def main(argv: list[str]) -> None:
         if k <= len(files):
             phases, fresh, reused = kernel_phases(files[k - 1])
             if fresh:
-                held, wait = phases.pop("held", []), phases.pop("hold wait", [])
+                held, wait, alone = phases.pop("held", []), phases.pop("hold wait", []), phases.pop("alone", [])
                 print(f"  {fresh} kernels judged afresh, {reused} reused; phase seconds mean/max: " + ", ".join(
                     f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
                 if held:
                     print(f"  {len(held)} timed: their holds of the device {sum(held):.1f}s in all (mean "
-                          f"{sum(held) / len(held):.1f}s), after {sum(wait) / len(wait):.1f}s on average from their "
-                          f"outputs compared (max {max(wait):.1f}s)")
+                          f"{sum(held) / len(held):.1f}s; alone {sum(alone):.1f}s, the rest shared once the timed "
+                          f"loop ended), after {sum(wait) / len(wait):.1f}s on average from their outputs compared "
+                          f"(max {max(wait):.1f}s)")
 
 
 if __name__ == "__main__":

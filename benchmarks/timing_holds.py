@@ -2,8 +2,10 @@
 
 Judges the corpus's correct answers (the slow and the fast kernel) of the given tasks with speed measured, one after
 the other, and prints for each its status, its speedup, the timed loop's length (``timing_begin`` to ``timing_end``
-in its timeline: the warm-up, the timed and the null calls with the harness's fresh inputs around each) and where its
-time went. On a large input the harness's fresh inputs, not the kernel, can set the hold (`benchmarks/README.md`).
+in its timeline: the warm-up, the timed and the null calls with the harness's fresh inputs around each), how long it
+held the device alone (``alone_s``: from the hold to the timed loop's end) and in all (``held_s``: to its rechecks
+compared), and where its time went. On a large input the harness's fresh inputs, not the kernel, can set the hold
+(`benchmarks/README.md`).
 
     python benchmarks/timing_holds.py --tasks "builtin:AvgPool3d,GELU" --backend cuda --out holds.json
 """
@@ -39,9 +41,13 @@ def main() -> None:
             result = sandbox.evaluate(task, answer.code)  # one at a time: no other timing or compile beside it
             timeline = result.details.get("timeline") or {}
             hold = (timeline["timing_end"] - timeline["timing_begin"]) if "timing_end" in timeline else None
+            end = timeline.get("rechecked", timeline.get("timed"))
+            alone = timeline.get("shared", end)  # the hold is shared from the timed loop's end
+            held = {k: round(v - timeline["timing"], 3) for k, v in (("alone_s", alone), ("held_s", end))
+                    if "timing" in timeline and v is not None}
             speedup = None if result.speedup is None else round(result.speedup, 3)
             row = {"task": task.task_id, "kind": answer.kind, "status": result.status, "speedup": speedup,
-                   "hold_s": None if hold is None else round(hold, 3),
+                   "hold_s": None if hold is None else round(hold, 3), **held,
                    "runtime_ms": result.runtime_ms, "baseline_ms": result.baseline_ms,
                    "phase_seconds": result.details.get("phase_seconds")}
             rows.append(row)

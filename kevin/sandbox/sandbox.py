@@ -284,9 +284,10 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def exclusive(self, timeout: float | None = None, *, pause: bool = True,
-                  priority: float | None = None) -> Iterator[None]:
+                  priority: float | None = None) -> Iterator["_ExclusiveHold"]:
         """The device alone; `_Cancelled` when ``timeout`` seconds pass first. Pausable holders' process groups are
         stopped for the duration (`pausable`); with ``pause`` False it waits for them to leave instead (`alone`).
+        Yields an `_ExclusiveHold`, whose ``share()`` ends the "alone" early while still keeping timings out.
         Of the callers that could go now, the one with the smallest ``priority`` (a `time.monotonic` reading; None:
         now) goes first, ties in the order they came: one waiting for compiles to leave never holds back one that
         may stop them."""
@@ -309,18 +310,26 @@ class DeviceGate:
             if not admitted:
                 raise _Cancelled
             self._exclusive = True
+        held = _ExclusiveHold(self)
         try:
             with self._cond:  # (inside the try: whatever was stopped before an error is continued in the finally)
                 self._stop({hold: pgid for hold, pgid in self._pausable.items() if pgid is not None})  # (pause only)
-            yield
+            yield held
         finally:
             with self._cond:
-                now = time.monotonic()
-                for hold in list(self._stopped):
-                    self._continue(hold)
-                    hold.paused += now - self._stopped.pop(hold)
-                self._exclusive = False
+                if held.shared:
+                    self._shared -= 1
+                else:
+                    self._continue_all()
+                    self._exclusive = False
                 self._cond.notify_all()
+
+    def _continue_all(self) -> None:
+        """Continue every pausable holder stopped by the exclusive hold now ending (under ``_cond``)."""
+        now = time.monotonic()
+        for hold in list(self._stopped):
+            self._continue(hold)
+            hold.paused += now - self._stopped.pop(hold)
 
     def _ready(self, pause: bool) -> bool:
         """Whether the compiles let an exclusive caller in: all registered (to be stopped), or, not pausing, none."""
@@ -355,6 +364,27 @@ class DeviceGate:
         """`exclusive` that waits for compiles to finish instead of stopping them: for a correctness run held alone,
         whose ``ModelNew.__init__`` may build an extension and wait on a lock that a stopped compile holds."""
         return self.exclusive(timeout, pause=False, priority=priority)
+
+
+class _ExclusiveHold:
+    """What `DeviceGate.exclusive` yields: ``share()`` turns the hold into a shared one for the rest of its span."""
+
+    def __init__(self, gate: DeviceGate) -> None:
+        self._gate = gate
+        self.shared = False
+
+    def share(self) -> None:
+        """Let correctness runs, other work (a policy decoding) and paused compiles back in, but no timing until
+        this holder leaves: for what follows a timed loop (its outputs copied out and compared), which must not
+        overlap another timing but needs the device no more than a correctness run does. Once only."""
+        gate = self._gate
+        with gate._cond:
+            if self.shared or not gate._exclusive:
+                return
+            gate._continue_all()
+            gate._exclusive, self.shared = False, True
+            gate._shared += 1
+            gate._cond.notify_all()
 
 
 class _PausableHold:

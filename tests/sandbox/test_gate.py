@@ -280,6 +280,69 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
     assert 0.7 <= paused < 2.0  # the 0.2 + 0.5 s under exclusive(), which the compile's time limit leaves out
 
 
+def _shared_timing(gate, log, shared, release):
+    """A thread body: a timing that holds the device alone, logs, shares its hold once ``shared`` is set (as the judge
+    does at the timed loop's end), logs again and holds until ``release`` is set."""
+    with gate.exclusive(timeout=10) as hold:
+        log.append("timing in")
+        shared.wait(10)
+        hold.share()
+        log.append("timing shared")
+        release.wait(10)
+        log.append("timing out")
+
+
+def test_a_timing_hold_shared_after_its_loop_admits_a_correctness_run():
+    gate, log = DeviceGate(), []
+    shared, release = threading.Event(), threading.Event()
+    t = threading.Thread(target=_shared_timing, args=(gate, log, shared, release), daemon=True)
+    t.start()
+    _until(lambda: log == ["timing in"])
+    check, check_in, check_go = _start(gate.shared, log, "check")
+    assert not check_in.wait(0.3)  # kept out while the timed loop runs
+    shared.set()
+    assert check_in.wait(5)  # let in beside the rechecks' comparison
+    check_go.set(), release.set()
+    t.join(5), check.join(5)
+    assert log.index("check in") > log.index("timing shared")
+
+
+def test_a_timing_hold_shared_after_its_loop_still_keeps_the_next_timing_out():
+    gate, log = DeviceGate(), []
+    shared, release = threading.Event(), threading.Event()
+    t = threading.Thread(target=_shared_timing, args=(gate, log, shared, release), daemon=True)
+    t.start()
+    _until(lambda: log == ["timing in"])
+    shared.set()
+    _until(lambda: "timing shared" in log)
+    nxt, nxt_in, nxt_go = _start(lambda: gate.exclusive(timeout=10), log, "next timing")
+    assert not nxt_in.wait(0.3)  # the shared rest of the first hold still has the device
+    release.set()
+    assert nxt_in.wait(5)
+    nxt_go.set()
+    t.join(5), nxt.join(5)
+    assert log == ["timing in", "timing shared", "timing out", "next timing in", "next timing out"]
+
+
+def test_sharing_a_timing_hold_continues_the_compiles_it_stopped():
+    gate = DeviceGate()
+    proc = _busy_group()
+    try:
+        with gate.pausable(timeout=5) as compile_hold:
+            compile_hold.register(proc.pid)
+            with gate.exclusive(timeout=5) as hold:
+                time.sleep(0.2)  # SIGSTOP has taken effect
+                hold.share()
+                before = _cpu_seconds(proc.pid)
+                time.sleep(0.5)
+                during_shared = _cpu_seconds(proc.pid) - before
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert during_shared > 0.2  # running again while the hold is only shared
+    assert gate._shared == 0 and not gate._exclusive  # the shared rest of the hold was given back on leaving
+
+
 @contextlib.contextmanager
 def _ninja_compile(tmp_path):
     """A compile's worker as the sandbox starts one (its own session) running ninja, whose one build command, a busy

@@ -113,6 +113,13 @@ def test_an_honest_cuda_matmul_passes_every_layer_with_a_speedup(gpu_full, gpu_w
 
 
 @pytest.mark.gpu
+def test_an_honest_cuda_kernel_holds_the_gpu_alone_only_until_its_timed_loop_ends(gpu_warm):
+    # from "shared" on, its rechecks are copied out and compared while correctness runs and a policy may use the GPU
+    marks = gpu_warm["honest_relu"].details["timeline"]
+    assert marks["timing"] <= marks["timing_begin"] <= marks["timing_end"] <= marks["shared"] <= marks["rechecked"]
+
+
+@pytest.mark.gpu
 def test_no_wall_check_segment_gets_slack_from_the_plans_own_gpu_work(gpu_warm):
     # the plan queues a permutation and a scatter per timed call; left running into the first null block, it made
     # those null calls slow and that segment's implied time about -9 ms per call for a 0.03 ms ReLU, and the check

@@ -32,7 +32,8 @@ def test_a_second_evaluation_of_the_same_source_reuses_the_compiled_extension(fu
 
 
 def test_the_timed_calls_are_rechecked_while_the_timing_still_holds_the_device(full_sandbox, warm_builds, monkeypatch):
-    # asking for the device again after the timing queued each kernel behind every timing waiting by then
+    # asking for the device again after the timing queued each kernel behind every timing waiting by then; the
+    # timing's hold, shared once its loop ended, is still held: (not alone, one shared holder: the rechecks')
     from kevin.sandbox import _judge
     from kevin.sandbox.sandbox import device_gate
 
@@ -41,13 +42,13 @@ def test_the_timed_calls_are_rechecked_while_the_timing_still_holds_the_device(f
 
     def spy(*args, **kwargs):
         if "recheck" in kwargs.get("label", ""):
-            held.append(gate._exclusive)
+            held.append((gate._exclusive, gate._shared))
         return compare_outputs(*args, **kwargs)
 
     monkeypatch.setattr(_judge.compare, "compare_outputs", spy)
     r = full_sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
     assert r.status == "correct", r.feedback
-    assert held and all(held), held  # every recheck compared inside the timing's exclusive hold
+    assert held and all(h == (False, 1) for h in held), held
 
 
 def test_a_kernel_holds_the_device_for_its_checks_twice_and_never_asks_again_after_a_run(full_sandbox, warm_builds,
@@ -112,6 +113,12 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
     order = ("start", "spawned", "compiled", "golden", "checks", "checked", "timing", "timed", "done")
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
     assert marks["timing"] >= marks["checked"]  # the timing began only after the correctness runs had ended
+
+
+def test_the_timing_hold_is_shared_from_the_timed_loops_end_until_its_report(warm_builds):
+    # the device is held alone from "timing" to "shared" (the timed loop's end); the rechecks follow beside others
+    marks = warm_builds["relu"].details["timeline"]
+    assert marks["timing"] <= marks["timing_end"] <= marks["shared"] <= marks["timed"]
 
 
 def test_the_wall_check_of_an_honest_candidate_times_its_marks_by_the_kernels_send_stamps(warm_builds):
