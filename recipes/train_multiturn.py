@@ -20,7 +20,6 @@ Launch (``--help``: every option, with its documentation; ``--config file.yaml``
     python recipes/train_multiturn.py --model Qwen/Qwen2.5-7B-Instruct --lora --backend cuda   # one GPU
     accelerate launch --num_processes 8 recipes/train_multiturn.py --config recipes/configs/kevin-32b.yaml
     accelerate launch --config_file recipes/configs/accelerate/fsdp2.yaml recipes/train_multiturn.py --model <id>
-    ... --resume latest                                       # continue the run in --output_dir exactly
 """
 
 from __future__ import annotations
@@ -99,13 +98,14 @@ class Config(RunConfig):
     """cap on the speedup term of S (paper: none)"""
     measure_speed: bool = True
     """time correct kernels for the speedup term of S; false: correctness alone, no timing (faster, not the paper)"""
+    timing_budget_s: float = 1.0
+    """seconds of timed calls per kernel, at least 10 calls (the sandbox's default: 10 s): a timing holds the device"""
     gamma: float = 0.4
     """discount of later turns' scores in a turn's return (paper: 0.4)"""
     reward_mode: str = "sum"
     """"sum" R_t = sum_i gamma^(i-t) S_i (paper) or "max" R_t = max_i gamma^(i-t) S_i"""
     advantage_baseline: str = "task"
-    """advantage groups: task (one per task over all G*T samples, paper), task_turn (per task and turn), loo
-    (leave-one-out), final_broadcast (the final turn's advantage on every turn); kevin.rewards.samples.BASELINES"""
+    """advantage groups: task (a task's G*T samples, paper), task_turn, loo, final_broadcast (kevin.rewards.samples)"""
     scale_by_std: bool | None = None
     """divide advantages by the group's std (GRPO, paper Eq. 1) or not (Dr. GRPO); None: yes, except for loo"""
     clip_low: float = 0.2
@@ -148,8 +148,7 @@ PRESETS = {"starter": dict(CPU, tasks="builtin:GroupNorm,Conv2d_LayerNorm_GELU_R
 
 
 def response_budget(cfg: Config, step: int) -> int:
-    """max_new_tokens of RL step ``step`` (0-based): ``max_new_tokens * raise_max_new_tokens_by`` once
-    ``raise_max_new_tokens_at`` steps have run (the paper's 16,384 -> 22,528 after step 30), else ``max_new_tokens``."""
+    """max_new_tokens of RL step ``step`` (0-based), times raise_max_new_tokens_by from raise_max_new_tokens_at on."""
     return round(cfg.max_new_tokens * (cfg.raise_max_new_tokens_by if step >= cfg.raise_max_new_tokens_at else 1))
 
 
@@ -227,7 +226,8 @@ def main(argv: list[str], *, config: type = Config, presets: dict = PRESETS, tit
     run.claim(fresh=not cfg.resume, overwrite=cfg.overwrite)  # an earlier run here: refused, or --overwrite deletes it
     device = f"cuda:{acc.local_process_index}" if cfg.backend == "cuda" else "cpu"
     workers = max(1, (os.cpu_count() or 1) // local_processes(acc))  # this node's cores over its processes
-    sandbox = Sandbox(device, SandboxConfig(workers=workers, precompiled_header=True, measure_speed=cfg.measure_speed))
+    sandbox = Sandbox(device, SandboxConfig(workers=workers, precompiled_header=True, measure_speed=cfg.measure_speed,
+                                            timing_budget_s=cfg.timing_budget_s))
     lrn = build_learner(acc, cfg.model, seed=cfg.seed, bf16=cfg.bf16, lora_rank=cfg.lora_rank if cfg.lora else 0,
                         gradient_checkpointing=cfg.gradient_checkpointing, lr=cfg.lr, weight_decay=cfg.weight_decay,
                         warmup_steps=math.ceil(cfg.warmup_ratio * cfg.steps * cfg.n_minibatches),

@@ -175,6 +175,8 @@ class SandboxConfig:
             raise ValueError("n_input_sets must be >= 4 (one set of each variant: task, signed, scaled, heavy-tailed)")
         if self.n_trials < 1 or self.n_warmup < 0:
             raise ValueError("n_trials must be >= 1 and n_warmup >= 0")
+        if not 0 < self.timing_budget_s < float("inf"):  # NaN fails too
+            raise ValueError(f"timing_budget_s must be a positive number of seconds, not {self.timing_budget_s!r}")
         if self.measure_speed and self.n_warmup < 1:
             # the first call may start a thread pool or touch its output buffers: not inside the judged loop
             raise ValueError("n_warmup must be >= 1 when measure_speed is on")

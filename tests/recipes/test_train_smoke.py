@@ -318,3 +318,15 @@ def test_an_empty_task_file_stops_training_with_a_message(tmp_path, in_process):
     (tmp_path / "empty.jsonl").write_text("")
     proc = _recipe_raw(in_process, "train_multiturn.py", tmp_path / "run", "--tasks", str(tmp_path / "empty.jsonl"))
     assert proc.returncode != 0 and "no tasks loaded" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_training_sandbox_times_each_kernel_within_the_recipes_timing_budget(tmp_path, in_process, monkeypatch):
+    # a timing holds the device alone, on the rollout's critical path: the recipe's budget, not the sandbox's 10 s
+    import kevin.sandbox
+
+    configs, real = [], kevin.sandbox.Sandbox
+    monkeypatch.setattr(kevin.sandbox, "Sandbox", lambda device, config: configs.append(config) or real(device, config))
+    proc = in_process("train_multiturn.py", *SMALLEST, "--output_dir", str(tmp_path / "out"), "--steps", "1",
+                      "--timing_budget_s", "0.25")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [c.timing_budget_s for c in configs] == [0.25]

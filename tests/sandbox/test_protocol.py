@@ -293,6 +293,12 @@ def test_the_config_rejects_nonsense():
         SandboxConfig(n_input_sets=0)
 
 
+@pytest.mark.parametrize("budget", [0.0, -1.0, float("nan"), float("inf")])
+def test_the_config_rejects_a_timing_budget_that_is_not_a_positive_number_of_seconds(budget):
+    with pytest.raises(ValueError, match="timing_budget_s"):
+        SandboxConfig(timing_budget_s=budget)
+
+
 def test_the_config_rejects_zero_gpu_sharers():
     with pytest.raises(ValueError, match="gpu_sharers"):
         SandboxConfig(gpu_sharers=0)  # no process could ever run a correctness set
