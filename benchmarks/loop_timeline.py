@@ -11,8 +11,8 @@ for verdicts before its second call (the first turn's kernels judged), the waits
 judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox, and the
 kernels' timing holds of the device: the seconds from a correct kernel's outputs compared to its hold (the wait for
 the device, and before it, on CUDA, the check of the built library's symbols; its "correctness" phase counts both),
-and the seconds it held the device, which no other timing overlaps (nor, until the timed loop's end, "shared" in its
-timeline, a generate call or a correctness run: the "alone" part). The references' own timings
+and the seconds it held the device, which no other timing overlaps (nor, until "shared" in its timeline, when the
+worker reported its timed loop over and its memory freed, a generate call or a correctness run: the "alone" part). The references' own timings
 also hold the device alone and are not counted here: the sum is a lower bound on the step's held time.
 """
 
@@ -117,8 +117,8 @@ def main(argv: list[str]) -> None:
                     f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
                 if held:
                     print(f"  {len(held)} timed: their holds of the device {sum(held):.1f}s in all (mean "
-                          f"{sum(held) / len(held):.1f}s; alone {sum(alone):.1f}s, the rest shared once the timed "
-                          f"loop ended), after {sum(wait) / len(wait):.1f}s on average from their outputs compared "
+                          f"{sum(held) / len(held):.1f}s; alone {sum(alone):.1f}s, the rest shared after the "
+                          f"timed loop), after {sum(wait) / len(wait):.1f}s on average from their outputs compared "
                           f"(max {max(wait):.1f}s)")
 
 

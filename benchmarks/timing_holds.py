@@ -3,8 +3,8 @@
 Judges the corpus's correct answers (the slow and the fast kernel) of the given tasks with speed measured, one after
 the other, and prints for each its status, its speedup, the timed loop's length (``timing_begin`` to ``timing_end``
 in its timeline: the warm-up, the timed and the null calls with the harness's fresh inputs around each), how long it
-held the device alone (``alone_s``: from the hold to the timed loop's end) and in all (``held_s``: to its rechecks
-compared), and where its time went. On a large input the harness's fresh inputs, not the kernel, can set the hold
+held the device alone (``alone_s``: until the worker reported its timed loop over and its memory freed) and in
+all (``held_s``: until its rechecks were compared), and where its time went. On a large input the harness's fresh inputs, not the kernel, can set the hold
 (`benchmarks/README.md`).
 
     python benchmarks/timing_holds.py --tasks "builtin:AvgPool3d,GELU" --backend cuda --out holds.json
@@ -42,7 +42,7 @@ def main() -> None:
             timeline = result.details.get("timeline") or {}
             hold = (timeline["timing_end"] - timeline["timing_begin"]) if "timing_end" in timeline else None
             end = timeline.get("rechecked", timeline.get("timed"))
-            alone = timeline.get("shared", end)  # the hold is shared from the timed loop's end
+            alone = timeline.get("shared", end)  # the hold is shared from the worker's "released" on
             held = {k: round(v - timeline["timing"], 3) for k, v in (("alone_s", alone), ("held_s", end))
                     if "timing" in timeline and v is not None}
             speedup = None if result.speedup is None else round(result.speedup, 3)

@@ -71,6 +71,23 @@ def _load_outputs(path: str, prefix: str, n: int) -> list[Any] | str:
 MIN_TRIALS = 10  # kevin.sandbox.worker.timing.MIN_TRIALS (timing imports torch; the parent does not)
 
 
+TIMING_MARKS = ("timing_begin", "timing_end", "released")
+"""The timing's report lines that the harness sends exactly once, in this order (`released_in_order`)."""
+
+
+def released_in_order(messages: Sequence[_process.Message], since: float) -> bool:
+    """Whether the timing's marks so far are exactly ``TIMING_MARKS``, in order, each arrived at or after ``since``
+    (when the parent sent "time"): only then is the hold shared before the report."""
+    marks = [m for m in messages if m.event in TIMING_MARKS]
+    return [m.event for m in marks] == list(TIMING_MARKS) and all(m.t >= since for m in marks)
+
+
+def duplicated_marks(messages: Sequence[_process.Message]) -> str | None:
+    """The first of ``TIMING_MARKS`` that arrived more than once (None: none did): the harness sends each once."""
+    seen = [m.event for m in messages if m.event in TIMING_MARKS]
+    return next((event for event in TIMING_MARKS if seen.count(event) > 1), None)
+
+
 def report_median(report: dict[str, Any], timing_end: _process.Message | None,
                   config: SandboxConfig) -> tuple[float, str]:
     """(runtime ms, "") from the samples of a timing report, or (nan, what is wrong with it).
@@ -369,13 +386,15 @@ class CandidateRun:
             t_time = marks["timing"] = time.monotonic()
             self.worker.send("time")
             deadline = min(time.monotonic() + config.run_timeout_s, self.deadline)
-            msg = self.worker.wait_for(("timing_end", "report"), deadline)
-            if msg is not None and msg.event == "timing_end" and hasattr(hold, "share"):
-                # The timed loop is over: what follows (its rechecks copied out and compared) shares the device
-                # with correctness runs and a decoding policy, though still with no other timing. A forged early
-                # "timing_end" only lets others' untimed work run beside the candidate's own timed calls.
-                marks["shared"] = time.monotonic()
-                hold.share()
+            msg = self.worker.wait_for(("released", "report"), deadline)
+            if msg is not None and msg.event == "released":
+                # The timed loop is over and the worker gave back its device memory: what follows (its rechecks
+                # written out and compared) shares the device with correctness runs and a decoding policy, though
+                # with no other timing. Only marks in the harness's order, all sent after "time", share it: a mark
+                # forged to share early is sent again by the harness, and the duplicate is rejected below.
+                if released_in_order(self.worker.messages, t_time) and hasattr(hold, "share"):
+                    marks["shared"] = time.monotonic()
+                    hold.share()
                 msg = self.worker.wait_for(("report",), deadline)
             marks["timed"] = time.monotonic()
             if msg is None or msg.event != "report":  # killed before the device is handed on
@@ -407,6 +426,8 @@ class CandidateRun:
             if rules:
                 self.details["rules"] = rules
             return bad(reason)
+        if duplicated := duplicated_marks(self.worker.messages):
+            return bad(f"the timing's {duplicated} mark was sent more than once (a forged report line)")
         events = {m.event: m for m in self.worker.messages}
         median, problem = report_median(report, events.get("timing_end"), config)
         if problem:

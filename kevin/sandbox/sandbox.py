@@ -375,8 +375,10 @@ class _ExclusiveHold:
 
     def share(self) -> None:
         """Let correctness runs, other work (a policy decoding) and paused compiles back in, but no timing until
-        this holder leaves: for what follows a timed loop (its outputs copied out and compared), which must not
-        overlap another timing but needs the device no more than a correctness run does. Once only."""
+        this holder leaves: for what follows a timed loop (its outputs written out and compared), which must not
+        overlap another timing but needs the device no more than a correctness run does. The usual admission rule
+        holds meanwhile: a decoding let in before a queued timing's patience ran out keeps that timing waiting
+        until the decoding ends, as at the end of any hold. A second call does nothing."""
         gate = self._gate
         with gate._cond:
             if self.shared or not gate._exclusive:

@@ -37,7 +37,7 @@ STATIC = [
     "e7_module_laundered_through_a_list", "e8_python_c_api_via_line_splice", "d8_aten_thread_pool_launch",
     "d8_c10_thread_pool",
     # once judged correct, or holding the Sandbox: a forged report line, a signal to the fork server
-    "e9_forge_imported_before_loading", "e10_stop_the_fork_server",
+    "e9_forge_imported_before_loading", "e10_stop_the_fork_server", "e9_forge_timing_marks_to_share_early",
 ]
 
 
@@ -109,6 +109,8 @@ DYNAMIC = {
     "d6_forge_call_count_and_median": (RELU_TASK, "kevin.sandbox.worker.channel.Channel.send was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
+    # the hold is shared early only on marks in order, sent after the timing began; the harness's own follow
+    "e9_forge_timing_marks_to_share_early": (RELU_TASK, "mark was sent more than once (a forged report line)"),
 }
 
 
@@ -248,6 +250,11 @@ def test_a_forged_imported_line_does_not_skip_the_built_library_check(inventory_
     r = inventory_sandbox.evaluate(RELU_TASK, load_candidate("e9_forge_imported_before_loading"))
     assert r.status == "format_error", r.feedback
     assert "aten.relu" in r.feedback
+
+
+def test_forged_timing_marks_do_not_end_the_timings_hold_alone(dynamic_sandbox, warm_builds):
+    r = _dynamic_verdict(dynamic_sandbox, "e9_forge_timing_marks_to_share_early")
+    assert "shared" not in r.details["timeline"]  # they arrived before "time" was sent: the hold stayed alone
 
 
 def test_a_stopped_fork_server_is_replaced_and_holds_no_later_candidate(cache_dir, warm_builds):

@@ -286,8 +286,8 @@ def _shared_timing(gate, log, shared, release):
     with gate.exclusive(timeout=10) as hold:
         log.append("timing in")
         shared.wait(10)
+        log.append("timing shared")  # before share(): a thread it wakes may log at once
         hold.share()
-        log.append("timing shared")
         release.wait(10)
         log.append("timing out")
 
@@ -322,6 +322,26 @@ def test_a_timing_hold_shared_after_its_loop_still_keeps_the_next_timing_out():
     nxt_go.set()
     t.join(5), nxt.join(5)
     assert log == ["timing in", "timing shared", "timing out", "next timing in", "next timing out"]
+
+
+def test_sharing_a_timing_hold_twice_counts_it_once():
+    gate = DeviceGate()
+    with gate.exclusive(timeout=5) as hold:
+        hold.share()
+        hold.share()
+        assert (gate._exclusive, gate._shared) == (False, 1)
+    assert (gate._exclusive, gate._shared) == (False, 0)
+
+
+def test_a_shared_timing_hold_left_by_an_error_gives_back_only_its_share():
+    gate = DeviceGate()
+    with pytest.raises(RuntimeError):
+        with gate.exclusive(timeout=5) as hold:
+            hold.share()
+            raise RuntimeError("the judge failed while comparing the rechecks")
+    assert (gate._exclusive, gate._shared) == (False, 0)
+    with gate.exclusive(timeout=1):  # the next timing is not kept out
+        pass
 
 
 def test_sharing_a_timing_hold_continues_the_compiles_it_stopped():

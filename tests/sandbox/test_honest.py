@@ -116,7 +116,8 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
 
 
 def test_the_timing_hold_is_shared_from_the_timed_loops_end_until_its_report(warm_builds):
-    # the device is held alone from "timing" to "shared" (the timed loop's end); the rechecks follow beside others
+    # the device is held alone from "timing" to "shared" (the timed loop over, the worker's memory freed); the
+    # rechecks are compared after, beside others
     marks = warm_builds["relu"].details["timeline"]
     assert marks["timing"] <= marks["timing_end"] <= marks["shared"] <= marks["timed"]
 

@@ -325,3 +325,44 @@ def test_the_built_library_check_holds_the_cpu_like_a_check_run(backend, held):
     run = SimpleNamespace(backend=backend, _check_symbols=lambda: seen.append(bool(inside)))
     assert CandidateRun.check_libraries(run, hold) is None
     assert seen == [held]
+
+
+# --- the timing's marks: the hold is shared early only on marks in the harness's order (kevin.sandbox._judge)
+
+def _marks(*events_at: tuple[str, float]) -> list[Message]:
+    return [Message(t, {"event": event}) for event, t in events_at]
+
+
+def test_marks_in_the_harnesss_order_after_time_was_sent_share_the_hold():
+    from kevin.sandbox._judge import released_in_order
+
+    messages = _marks(("outputs", 1.0), ("timing_begin", 2.1), ("null", 2.2), ("timing_end", 3.0), ("released", 3.1))
+    assert released_in_order(messages, since=2.0)
+
+
+def test_a_released_mark_forged_before_the_timing_began_does_not_share_the_hold():
+    # queued after "outputs", read the moment the hold is granted (at 2.0): the timed loop has not even begun
+    from kevin.sandbox._judge import released_in_order
+
+    messages = _marks(("timing_begin", 1.5), ("timing_end", 1.5), ("released", 1.5))
+    assert not released_in_order(messages, since=2.0)
+
+
+def test_a_released_mark_forged_before_the_timed_loops_end_does_not_share_the_hold():
+    from kevin.sandbox._judge import released_in_order
+
+    assert not released_in_order(_marks(("timing_begin", 2.1), ("released", 2.2)), since=2.0)
+
+
+def test_a_timing_mark_sent_twice_is_named_as_forged():
+    # a forged early mark is followed by the harness's own: two "released"
+    from kevin.sandbox._judge import duplicated_marks
+
+    messages = _marks(("timing_begin", 2.1), ("released", 2.2), ("timing_end", 3.0), ("released", 3.1))
+    assert duplicated_marks(messages) == "released"
+
+
+def test_the_harnesss_own_marks_are_not_duplicated():
+    from kevin.sandbox._judge import duplicated_marks
+
+    assert duplicated_marks(_marks(("timing_begin", 2.1), ("timing_end", 3.0), ("released", 3.1))) is None

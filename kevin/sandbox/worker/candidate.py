@@ -239,11 +239,13 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
     run.recheck_outputs = {}
     if device.type == "cuda":
-        # The parent hands the device to the next timing on this report, while this process lives on until it
-        # is killed: what the timing held (the pool, the rechecks' sources, the allocator's cache of its fresh
-        # inputs and kept copies: gigabytes at KernelBench sizes) goes back first.
+        # The parent lets others onto the device on "released" (correctness runs, a decoding policy) and hands it to
+        # the next timing on the report, while this process lives on until it is killed: what the timing held (the
+        # pool, the rechecks' sources, the allocator's cache of its fresh inputs and kept copies: gigabytes at
+        # KernelBench sizes) goes back first.
         del pool, recheck_args
         torch.cuda.empty_cache()
+    send("released")
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     harness_write(save_file, re_out, re_path, spec.get("recheck_bytes"))
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,
