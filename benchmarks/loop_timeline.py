@@ -6,14 +6,16 @@ judged kernels spent their time on.
 RUN_LOG is the log of `recipes/train_multiturn.py` (the ``kevin.core.rollout`` lines, time-stamped to the second);
 ROLLOUTS_DIR its ``rollouts/`` folder (``step_*.jsonl.gz``). Per step it prints the rollout's wall time, the generate
 calls (seconds, rows), and the seconds the policy sat idle, split into the set-up before its first call, the wait
-for verdicts before its second call (the first turn's kernels judged), the waits between later calls, and the tail after its last call
-(the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step, for the kernels
-judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the sandbox, and the
-kernels' timing holds of the device: the seconds from a correct kernel's outputs compared to its hold (the wait for
-the device, and before it, on CUDA, the check of the built library's symbols; its "correctness" phase counts both),
+for verdicts before its second call (the first turn's kernels judged), the waits between later calls, and the tail
+after its last call (the last turn's kernels judged, which nothing can overlap inside one on-policy step). Per step,
+for the kernels judged afresh (not a twin's reused verdict), the mean and the maximum seconds of each phase of the
+sandbox, and the kernels' timing holds of the device: the seconds from a correct kernel's outputs compared to its
+hold (the wait for the device, and before it, on CUDA, the check of the built library's symbols; its "correctness"
+phase counts both),
 and the seconds it held the device, which no other timing overlaps (nor, until "shared" in its timeline, when the
-worker reported its timed loop over and its memory freed, a generate call or a correctness run: the "alone" part). The references' own timings
-also hold the device alone and are not counted here: the sum is a lower bound on the step's held time.
+worker reported its timed loop over and its memory freed, a generate call or a correctness run: the "alone" part).
+The references' own timings also hold the device alone and are not counted here: the sum is a lower bound on the
+step's held time.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ def waits(rollout: dict) -> dict[str, float]:
 
 
 def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
-    """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused. Two more lists
-    for the kernels that were timed: "hold wait" (compared -> timing in the judge's timeline) and "held" (timing ->
-    rechecked, or -> timed for a timing that ended in a crash)."""
+    """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused. Three more lists
+    for the kernels that were timed: "hold wait" (compared -> timing in the judge's timeline), "held" (timing ->
+    rechecked, or -> timed for a timing that ended in a crash) and "alone" (timing -> shared, else as "held")."""
     phases: dict[str, list[float]] = defaultdict(list)
     fresh = reused = 0
     with gzip.open(path, "rt") as f:

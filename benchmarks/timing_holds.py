@@ -4,8 +4,8 @@ Judges the corpus's correct answers (the slow and the fast kernel) of the given 
 the other, and prints for each its status, its speedup, the timed loop's length (``timing_begin`` to ``timing_end``
 in its timeline: the warm-up, the timed and the null calls with the harness's fresh inputs around each), how long it
 held the device alone (``alone_s``: until the worker reported its timed loop over and its memory freed) and in
-all (``held_s``: until its rechecks were compared), and where its time went. On a large input the harness's fresh inputs, not the kernel, can set the hold
-(`benchmarks/README.md`).
+all (``held_s``: until its rechecks were compared), and where its time went. On a large input the harness's fresh
+inputs, not the kernel, can set the hold (`benchmarks/README.md`).
 
     python benchmarks/timing_holds.py --tasks "builtin:AvgPool3d,GELU" --backend cuda --out holds.json
 """

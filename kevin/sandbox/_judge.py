@@ -9,8 +9,9 @@ run whose outputs match.
 
 Life of a `CandidateRun`: spawn (bound to one GPU) -> ``imported`` within the compile timeout (this is the
 compile stage: the module's ``load_inline`` builds) -> ``go`` with the task's inputs once the device admits
-correctness runs -> ``outputs`` -> compare -> ``time`` once the device is free of all other work -> ``report``
--> recheck, wall-clock check -> verdict.
+correctness runs -> ``outputs`` -> compare -> ``time`` once the device is free of all other work ->
+``timing_begin``, ``timing_end``, ``released`` (the timed loop over, its device memory freed: the device is then
+shared with untimed work, still with no other timing) -> ``report`` -> recheck, wall-clock check -> verdict.
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ class CandidateRun:
               compare_on: str = "cpu") -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
-        The Sandbox passes its device gate: correctness runs may share the device, a timing has it alone.
+        The Sandbox passes its device gate: correctness runs may share the device, a timed loop has it alone.
         ``reference_ms`` (the reference's eager time per call) bounds the correctness run
         (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
         of both sides, moved there): the correctness sets' inside ``checks()``, the timed calls' rechecks inside

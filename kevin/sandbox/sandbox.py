@@ -8,8 +8,9 @@ compile stage is that process importing the candidate module, whose ``load_inlin
 content-addressed cache (an extension is built once, whatever Python surrounds it). At most
 ``config.workers`` processes are in the compile stage at once; then each waits for its device's
 `DeviceGate`: candidates may run their correctness sets on a device together, but a golden process or a
-candidate's timing has the device alone, so a timing never overlaps other work on its device (on the CPU
-backend, where the device is the cores, compiles and the parent's comparisons count as such work). Golden data
+candidate's timed loop has the device alone, so a timing never overlaps other work on its device (on the CPU
+backend, where the device is the cores, compiles and the parent's comparisons count as such work); after the loop,
+until its report, the candidate's hold keeps other timings out but lets untimed work back in. Golden data
 is computed once per task and kept in memory. The baseline (the reference's runtime) is timed by the golden
 process and kept in memory for the Sandbox's lifetime per (task source, device name, timing settings, torch
 version); on the CPU backend it is timed once more when a correct kernel first beats it, and the faster timing
@@ -317,6 +318,7 @@ class DeviceGate:
             yield held
         finally:
             with self._cond:
+                held.active = False
                 if held.shared:
                     self._shared -= 1
                 else:
@@ -372,16 +374,17 @@ class _ExclusiveHold:
     def __init__(self, gate: DeviceGate) -> None:
         self._gate = gate
         self.shared = False
+        self.active = True  # until its `exclusive` block ends
 
     def share(self) -> None:
         """Let correctness runs, other work (a policy decoding) and paused compiles back in, but no timing until
         this holder leaves: for what follows a timed loop (its outputs written out and compared), which must not
         overlap another timing but needs the device no more than a correctness run does. The usual admission rule
         holds meanwhile: a decoding let in before a queued timing's patience ran out keeps that timing waiting
-        until the decoding ends, as at the end of any hold. A second call does nothing."""
+        until the decoding ends, as at the end of any hold. A second call, or one after the hold ended, does nothing."""
         gate = self._gate
         with gate._cond:
-            if self.shared or not gate._exclusive:
+            if self.shared or not self.active:
                 return
             gate._continue_all()
             gate._exclusive, self.shared = False, True

@@ -38,6 +38,7 @@ STATIC = [
     "d8_c10_thread_pool",
     # once judged correct, or holding the Sandbox: a forged report line, a signal to the fork server
     "e9_forge_imported_before_loading", "e10_stop_the_fork_server", "e9_forge_timing_marks_to_share_early",
+    "e9_forge_timing_marks_from_the_timed_loop",
 ]
 
 
@@ -111,6 +112,7 @@ DYNAMIC = {
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
     # the hold is shared early only on marks in order, sent after the timing began; the harness's own follow
     "e9_forge_timing_marks_to_share_early": (RELU_TASK, "mark was sent more than once (a forged report line)"),
+    "e9_forge_timing_marks_from_the_timed_loop": (RELU_TASK, "mark was sent more than once (a forged report line)"),
 }
 
 
@@ -255,6 +257,13 @@ def test_a_forged_imported_line_does_not_skip_the_built_library_check(inventory_
 def test_forged_timing_marks_do_not_end_the_timings_hold_alone(dynamic_sandbox, warm_builds):
     r = _dynamic_verdict(dynamic_sandbox, "e9_forge_timing_marks_to_share_early")
     assert "shared" not in r.details["timeline"]  # they arrived before "time" was sent: the hold stayed alone
+
+
+def test_timing_marks_forged_inside_the_timed_loop_share_the_hold_but_fail_the_kernel(dynamic_sandbox, warm_builds):
+    # in order and after "time": the hold is shared early, and the harness's own marks, arriving again, reject it
+    r = _dynamic_verdict(dynamic_sandbox, "e9_forge_timing_marks_from_the_timed_loop")
+    assert "shared" in r.details["timeline"]
+    assert r.status == "incorrect" and "timing_end mark was sent more than once" in r.feedback, r.feedback
 
 
 def test_a_stopped_fork_server_is_replaced_and_holds_no_later_candidate(cache_dir, warm_builds, monkeypatch):

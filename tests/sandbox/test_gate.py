@@ -282,7 +282,7 @@ def test_a_timing_does_not_wait_for_a_compile_but_stops_it_until_it_is_done():
 
 def _shared_timing(gate, log, shared, release):
     """A thread body: a timing that holds the device alone, logs, shares its hold once ``shared`` is set (as the judge
-    does at the timed loop's end), logs again and holds until ``release`` is set."""
+    does on the worker's "released"), logs again and holds until ``release`` is set."""
     with gate.exclusive(timeout=10) as hold:
         log.append("timing in")
         shared.wait(10)
@@ -331,6 +331,15 @@ def test_sharing_a_timing_hold_twice_counts_it_once():
         hold.share()
         assert (gate._exclusive, gate._shared) == (False, 1)
     assert (gate._exclusive, gate._shared) == (False, 0)
+
+
+def test_a_timing_hold_shared_after_it_ended_leaves_the_next_timings_hold_alone():
+    gate = DeviceGate()
+    with gate.exclusive(timeout=5) as first:
+        pass
+    with gate.exclusive(timeout=5):
+        first.share()  # a stale hold: the device is the second timing's
+        assert (gate._exclusive, gate._shared) == (True, 0)
 
 
 def test_a_shared_timing_hold_left_by_an_error_gives_back_only_its_share():

@@ -113,7 +113,7 @@ def test_an_honest_cuda_matmul_passes_every_layer_with_a_speedup(gpu_full, gpu_w
 
 
 @pytest.mark.gpu
-def test_an_honest_cuda_kernel_holds_the_gpu_alone_only_until_its_timed_loop_ends(gpu_warm):
+def test_an_honest_cuda_kernel_holds_the_gpu_alone_only_until_its_worker_releases_it(gpu_warm):
     # from "shared" on (the worker's memory freed), its rechecks are compared while others may use the GPU
     marks = gpu_warm["honest_relu"].details["timeline"]
     assert marks["timing"] <= marks["timing_begin"] <= marks["timing_end"] <= marks["shared"] <= marks["rechecked"]

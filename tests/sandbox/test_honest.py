@@ -33,7 +33,7 @@ def test_a_second_evaluation_of_the_same_source_reuses_the_compiled_extension(fu
 
 def test_the_timed_calls_are_rechecked_while_the_timing_still_holds_the_device(full_sandbox, warm_builds, monkeypatch):
     # asking for the device again after the timing queued each kernel behind every timing waiting by then; the
-    # timing's hold, shared once its loop ended, is still held: (not alone, one shared holder: the rechecks')
+    # timing's hold, shared once the worker released the device, is still held: (not alone, one shared holder)
     from kevin.sandbox import _judge
     from kevin.sandbox.sandbox import device_gate
 
@@ -115,7 +115,7 @@ def test_the_timeline_runs_compile_then_checks_then_timing(warm_builds):
     assert marks["timing"] >= marks["checked"]  # the timing began only after the correctness runs had ended
 
 
-def test_the_timing_hold_is_shared_from_the_timed_loops_end_until_its_report(warm_builds):
+def test_the_timing_hold_is_shared_from_the_workers_release_until_its_report(warm_builds):
     # the device is held alone from "timing" to "shared" (the timed loop over, the worker's memory freed); the
     # rechecks are compared after, beside others
     marks = warm_builds["relu"].details["timeline"]
