@@ -110,7 +110,7 @@ DYNAMIC = {
     "d6_forge_call_count_and_median": (RELU_TASK, "kevin.sandbox.worker.channel.Channel.send was replaced"),
     "d6_fake_verdict_stdout": (RELU_TASK, "differs from the reference"),
     "d6_forge_report_channel": (RELU_TASK, "differs from the reference"),
-    # the hold is shared early only on marks in order, sent after the timing began; the harness's own follow
+    # the hold is shared early only on marks in order, received after "time" was sent; the harness's own follow
     "e9_forge_timing_marks_to_share_early": (RELU_TASK, "mark was sent more than once (a forged report line)"),
     "e9_forge_timing_marks_from_the_timed_loop": (RELU_TASK, "mark was sent more than once (a forged report line)"),
 }
