@@ -10,17 +10,18 @@
 # far are copied there every 10 s. While the starter trains, benchmarks/warm_sandbox.py fills the build caches; once
 # it is trained, benchmarks/starter_first_turn.py counts its first-turn answers by corpus kind (FIRST_TURN=0: off).
 # SHARPEN (default 1.0) is the starter's --sharpen: the medium model fits its corpus closely (a last loss under 0.01),
-# and with 1.3 it began RL at 0.53-0.78 of its first turns correct, writing few distinct programs.
+# and with 1.3 it began RL at 0.53-0.78 of its first turns correct, writing few distinct programs. Its corpus has 0.3
+# of its first turns correct (--correct_share; 0.5 before 2026-12-06), so RL starts well below that ceiling.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export KEVIN_CACHE_DIR=/tmp/kevin-h200 KEVIN_TEST_CACHE_DIR=/tmp/kevin-h200
 OUT=${JOB_OUT:-${OUT:-out}}; R=/tmp/kevin_starter; mkdir -p "$OUT" "$R" "$KEVIN_CACHE_DIR"
 BUDGET=${BUDGET:-580}
-WARM_ARGS=${WARM_ARGS-"--batch_size 8 --lr 5e-4"}  # the warm start's options (set empty: its defaults)
+WARM_ARGS=${WARM_ARGS-"--batch_size 8 --lr 5e-4 --correct_share 0.3"}  # the warm start's options (set empty: its defaults)
 TASKS=${TASKS:-"builtin:Matmul_3d_by_2d,AvgPool3d,Matmul_LayerNorm_GELU,Gemm_Sigmoid_Scaling_ResidualAdd,GELU,Conv3d,HardSigmoid,Conv3d_LeakyReLU_Add_Sum"}
-# lr 3e-5: the CPU starter's 1e-4 scaled by its width over this model's (256 / 768); at 1e-4 this model's later turns
-# broke down within a few steps, as the CPU starter's do at 4e-4 (benchmarks/README.md)
-RL=${RL:-"--tasks_per_step 8 --n_trajectories 8 --n_turns 4 --stagger 4 --max_new_tokens 1024 --steps 20 --lr 3e-5
+# lr 5e-5: at 1e-4 this model's later turns broke down within a few steps, as the CPU starter's do at 4e-4; at 3e-5
+# (1e-4 scaled by the width ratio, 256 / 768) four steps moved nothing (benchmarks/README.md, "The loop on one GPU")
+RL=${RL:-"--tasks_per_step 8 --n_trajectories 8 --n_turns 4 --stagger 4 --max_new_tokens 1024 --steps 20 --lr 5e-5
   --loss_aggregation seq-mean-token-sum-norm --advantage_baseline task_turn --micro_batch_size 16
   --generation_mode generate"}
 (while sleep 10; do cp "$R/rl/metrics.jsonl" "$OUT/rl_metrics.jsonl" 2>/dev/null
