@@ -193,15 +193,19 @@ class DeviceGate:
     ``max_shared`` caps the shared holders at once (None: no cap): on a GPU each holds device memory.
     ``in_use()`` is held while other work of this process computes on the device (a policy decoding between
     evaluations): no timing starts meanwhile, and so correctness runs are admitted beside it whatever waits,
-    since holding them back could not let a timing in sooner.
+    since holding them back could not let a timing in sooner. It is admitted like a correctness run, but with its
+    own ``policy_patience_s`` (None: ``patience_s``): a rollout fixes a call's rows before it asks for the device,
+    so a timing let in first cannot add its kernel's group to that call, while every group in the call waits.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
     One gate per device for the whole process (`device_gate`), so two Sandboxes never time on one device at once.
     """
 
-    def __init__(self, patience_s: float = 1.0, max_shared: int | None = None) -> None:
+    def __init__(self, patience_s: float = 1.0, max_shared: int | None = None, *,
+                 policy_patience_s: float | None = None) -> None:
         self.patience_s = patience_s
+        self.policy_patience_s = patience_s if policy_patience_s is None else policy_patience_s
         self.max_shared = max_shared
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared() and in_use()
@@ -217,13 +221,14 @@ class DeviceGate:
 
     def _admits_shared(self, in_use: bool = False) -> bool:
         """Whether a correctness run (or, ``in_use``, other work) may hold the device now. A new ``in_use`` holder
-        keeps the patience rule even while another one holds the device: otherwise two overlapping holders could
+        keeps its patience rule even while another one holds the device: otherwise two overlapping holders could
         keep a timing out for good."""
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
         if self._in_use and not in_use:
             return True
-        return not self._waiting or time.monotonic() - min(self._waiting) < self.patience_s
+        patience = self.policy_patience_s if in_use else self.patience_s
+        return not self._waiting or time.monotonic() - min(self._waiting) < patience
 
     @contextlib.contextmanager
     def shared(self, timeout: float | None = None) -> Iterator[None]:
@@ -440,6 +445,10 @@ def _bounded(timeout: float | None) -> float | None:
     return None if timeout is None or timeout == float("inf") else max(0.0, timeout)
 
 
+POLICY_PATIENCE_S = 5.0
+"""On CUDA, how long a waiting timing lets new generate calls of the policy go first: a few of a small model's calls,
+so that a stream of them cannot keep a kernel's timing, and with it its group's next turn, waiting for long."""
+
 _GATES: dict[tuple[str, str], DeviceGate] = {}
 _GATES_LOCK = threading.Lock()
 
@@ -448,10 +457,12 @@ def device_gate(backend: str, device: str) -> DeviceGate:
     """The process-wide gate of a device: ("cpu", "cpu"), or ("cuda", its CUDA_VISIBLE_DEVICES entry).
 
     On the CPU backend a waiting timing keeps new shared holders out at once (no patience): a timing there waits
-    for correctness runs and comparisons only, and stops compiles instead (`DeviceGate.pausable`)."""
+    for correctness runs and comparisons only, and stops compiles instead (`DeviceGate.pausable`). On CUDA a
+    decoding policy goes before timings that have waited less than `POLICY_PATIENCE_S`."""
     with _GATES_LOCK:
         if (backend, device) not in _GATES:
-            _GATES[(backend, device)] = DeviceGate(patience_s=1.0 if backend == "cuda" else 0.0)
+            _GATES[(backend, device)] = (DeviceGate(patience_s=1.0, policy_patience_s=POLICY_PATIENCE_S)
+                                         if backend == "cuda" else DeviceGate(patience_s=0.0))
         return _GATES[(backend, device)]
 
 

@@ -162,6 +162,40 @@ def test_a_second_policy_hold_waits_for_a_timing_past_the_patience_so_overlappin
     assert log == ["policy 1 in", "policy 1 out", "timing in", "timing out", "policy 2 in", "policy 2 out"]
 
 
+def test_a_policy_goes_before_a_timing_that_has_waited_less_than_the_policys_patience():
+    # the timing has waited 0.5 s: past the 0.3 s of correctness runs, within the policy's 30 s, so the decoding
+    # goes in beside a's correctness run and the timing waits for both
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0), []
+    a, timing = _timing_past_its_patience(gate, log, gate.shared, "a")
+    policy = _start(gate.in_use, log, "policy")
+    assert policy[1].wait(5)
+    _release_in_turn(a)
+    assert not timing[1].wait(0.3)  # the decoding still holds the device
+    _release_in_turn(policy, timing)
+    assert log == ["a in", "policy in", "a out", "policy out", "timing in", "timing out"]
+
+
+def test_a_policy_waits_for_a_timing_past_the_policys_own_patience_while_correctness_runs_still_go_first():
+    # the reverse setting: correctness runs may pass a timing for 30 s, the policy for 0.3 s; 0.5 s into the
+    # timing's wait, b joins a while the policy waits for the timing
+    gate, log = DeviceGate(patience_s=30.0, policy_patience_s=0.3), []
+    a, timing = _timing_past_its_patience(gate, log, gate.shared, "a")
+    policy = _start(gate.in_use, log, "policy")
+    b = _start(gate.shared, log, "b")
+    assert b[1].wait(5) and not policy[1].wait(0.3)
+    _release_in_turn(a)
+    _release_in_turn(b, timing, policy)
+    assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out", "policy in", "policy out"]
+
+
+def test_on_cuda_a_policy_may_pass_a_waiting_timing_longer_than_a_correctness_run_may():
+    from kevin.sandbox.sandbox import POLICY_PATIENCE_S, device_gate
+
+    cuda, cpu = device_gate("cuda", "test-gate-device"), device_gate("cpu", "cpu")
+    assert (cuda.patience_s, cuda.policy_patience_s) == (1.0, POLICY_PATIENCE_S) and POLICY_PATIENCE_S > 1.0
+    assert (cpu.patience_s, cpu.policy_patience_s) == (0.0, 0.0)  # on the CPU a timing waits for no decoding
+
+
 def test_a_sandboxs_device_in_use_is_the_gates_policy_hold(tmp_path):
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.sandbox import device_gate
