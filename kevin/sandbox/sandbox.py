@@ -246,8 +246,9 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def in_use(self, timeout: float | None = None) -> Iterator[None]:
-        """Admission for other work on the device (a policy decoding), as a correctness run is admitted; while it
-        is held, no timing starts and correctness runs are admitted even past a waiting timing's patience."""
+        """Admission for other work on the device (a policy decoding), as a correctness run is admitted but with
+        ``policy_patience_s``; while it is held, no timing starts and correctness runs are admitted even past a
+        waiting timing's patience."""
         with self._cond:
             if not self._cond.wait_for(lambda: self._admits_shared(in_use=True), timeout=_bounded(timeout)):
                 raise _Cancelled
