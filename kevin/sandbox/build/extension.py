@@ -7,7 +7,9 @@ imported, `install` replaces ``load_inline`` by a wrapper that sets ``build_dire
     <cache>/ext/<sha256(name, sources, functions, flags, backend, torch version, arch list, python)>
 
 so one source is compiled once and every later candidate with the same extension loads it in a fraction
-of a second, whatever its Python code around it.
+of a second, whatever its Python code around it. A call that fails for its source's own errors (`source_error`)
+leaves `BUILD_FAILED` there with the errors, so a later identical call reports them at once: a policy that writes
+the same flawed program in every step would otherwise pay a whole compile for it each time.
 
 It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_extension_header`): load_inline
 already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
@@ -143,10 +145,10 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     return light
 
 
-def _mark_light_failed(light_dir: str, log: str = "") -> None:
-    """Create the `LIGHT_FAILED` marker holding the failed build's ``log``: written to a new file, then renamed over
-    the marker, so no link another candidate planted there is followed or truncated."""
-    path = os.path.join(light_dir, LIGHT_FAILED)
+def _mark_failed(build_dir: str, log: str = "", marker: str = LIGHT_FAILED) -> None:
+    """Create ``marker`` (`LIGHT_FAILED` or `BUILD_FAILED`) holding the failed build's ``log``: written to a new file,
+    then renamed over the marker, so no link another candidate planted there is followed or truncated."""
+    path = os.path.join(build_dir, marker)
     tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
     with contextlib.suppress(OSError):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -157,15 +159,40 @@ def _mark_light_failed(light_dir: str, log: str = "") -> None:
         os.unlink(tmp)
 
 
-def _light_failure_log(light_dir: str) -> str:
-    """The log `_mark_light_failed` kept; "" when there is none, it cannot be read, or the marker is not a regular
-    file (a planted FIFO would block the read)."""
+def _failure_log(build_dir: str, marker: str = LIGHT_FAILED) -> str:
+    """The log `_mark_failed` kept; "" when there is none, it cannot be read, or the marker is not a regular file (a
+    planted FIFO would block the read)."""
     with contextlib.suppress(OSError):
-        fd = os.open(os.path.join(light_dir, LIGHT_FAILED), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(os.path.join(build_dir, marker), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
             if stat.S_ISREG(os.fstat(fd).st_mode):
                 return f.read(MAX_BUILD_LOG)
     return ""
+
+
+BUILD_FAILED = "kevin-build-failed"
+"""Marker in a build directory: this exact call failed to compile (`source_error`); it holds the reported log, which a
+later call raises at once instead of compiling again (a flawed program a policy writes in every step cost a full
+compile each time)."""
+
+# what another attempt need not repeat: the machine's resources, a crash or a signal, a precompiled header, a tool's
+# own traceback; a log that mentions any of them is not remembered
+_NOT_THE_SOURCE = re.compile(r"No space left|Cannot allocate memory|virtual memory exhausted|out of memory|killed|"
+                             r"signal|internal compiler error|Segmentation fault|Bus error|Too many open files|"
+                             r"Resource temporarily unavailable|Input/output error|Permission denied|"
+                             r"Traceback \(most recent call last\)|\.gch", re.I)
+
+
+def source_error(log: str) -> bool:
+    """Whether a failed build's cleaned ``log`` shows the compiler or linker rejecting the source (an error
+    diagnostic) and nothing that a second attempt might not repeat (`_NOT_THE_SOURCE`).
+
+    >>> source_error("main.cpp:3:1: error: expected ';'"), source_error("c++: fatal error: Killed signal terminated")
+    (True, False)
+    """
+    from kevin.sandbox.feedback import compiler_diagnostics
+
+    return bool(compiler_diagnostics(log, max_errors=1)) and not _NOT_THE_SOURCE.search(log)
 
 
 FATAL_ERRORS = "-Wfatal-errors"
@@ -230,7 +257,7 @@ def try_light(build: Any, light_dir: str, name: Any, undefined_symbols_fail: boo
             raise  # the light library was built: this error is the source's own
         # no library: it failed to build here, or in another process whose lock this one waited on
         if failed:
-            _mark_light_failed(light_dir, exc.log if isinstance(exc, BuildError) else "")
+            _mark_failed(light_dir, exc.log if isinstance(exc, BuildError) else "")
         if isinstance(entries, dict):  # torch would name the retry "<name>_v1": a new build each time
             if before is None:
                 entries.pop(name, None)
@@ -240,7 +267,7 @@ def try_light(build: Any, light_dir: str, name: Any, undefined_symbols_fail: boo
 
 
 MAX_BUILD_LOG = 12000
-_BUILD_FAILED = re.compile(r"Error building extension '[^'\n]*'(?::[ ]?)?")
+_TORCH_BUILD_ERROR = re.compile(r"Error building extension '[^'\n]*'(?::[ ]?)?")
 
 
 class BuildError(RuntimeError):
@@ -401,10 +428,12 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         try:
             return build(fatal, os.path.join(ext_root, build_key(fatal, backend)))
         except BuildError as exc:
-            raise BuildError(exc.name, reported_errors(_light_failure_log(light_dir), exc.log)) from None
+            raise BuildError(exc.name, reported_errors(_failure_log(light_dir), exc.log)) from None
 
     def build(arguments: dict[str, Any], build_dir: str, units: tuple[str, str] | None = None) -> Any:
         os.makedirs(build_dir, exist_ok=True)
+        if known := _failure_log(build_dir, BUILD_FAILED):  # this exact call failed before: the same errors
+            raise BuildError(str(arguments.get("name")), known)
         # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
         arguments = {**arguments, "build_directory": build_dir, "verbose": False}
         if on_build is not None:
@@ -414,11 +443,13 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
             try:
                 return original(**arguments) if units is None else _split.build(arguments, units, build_dir, pch_dir)
             except RuntimeError as exc:
-                failed = _BUILD_FAILED.match(str(exc))
+                failed = _TORCH_BUILD_ERROR.match(str(exc))
                 if failed is None or isinstance(exc, BuildError):
                     raise
-                name = str(arguments.get("name"))
-                raise BuildError(name, clean_build_log(str(exc)[failed.end():], build_dir)) from None
+                log = clean_build_log(str(exc)[failed.end():], build_dir)
+                if source_error(log):
+                    _mark_failed(build_dir, log, BUILD_FAILED)
+                raise BuildError(str(arguments.get("name")), log) from None
 
     load_inline.__doc__ = original.__doc__
     ce.load_inline = load_inline

@@ -214,7 +214,7 @@ def test_the_marker_is_never_written_through_a_planted_link(monkeypatch, tmp_pat
     light_dir = tmp_path / "light"
     light_dir.mkdir()
     os.symlink(victim, light_dir / LIGHT_FAILED)
-    _extension._mark_light_failed(str(light_dir))
+    _extension._mark_failed(str(light_dir))
     assert victim.read_text() == "someone else's file"
 
 
@@ -224,7 +224,7 @@ def test_the_marker_is_never_written_through_a_planted_hard_link(tmp_path):
     light_dir = tmp_path / "light"
     light_dir.mkdir()
     os.link(victim, light_dir / LIGHT_FAILED)
-    _extension._mark_light_failed(str(light_dir), "kernel.cpp:3:1: error: x")
+    _extension._mark_failed(str(light_dir), "kernel.cpp:3:1: error: x")
     assert victim.read_text() == "someone else's file"
     assert (light_dir / LIGHT_FAILED).read_text() == "kernel.cpp:3:1: error: x"
 
@@ -232,7 +232,7 @@ def test_the_marker_is_never_written_through_a_planted_hard_link(tmp_path):
 def test_a_marker_planted_as_a_fifo_reads_as_no_log(tmp_path):
     # a blocking read of a FIFO would hold the build until its timeout
     os.mkfifo(tmp_path / LIGHT_FAILED)
-    assert _extension._light_failure_log(str(tmp_path)) == ""
+    assert _extension._failure_log(str(tmp_path)) == ""
 
 
 def test_a_source_that_asks_for_gradients_keeps_the_full_prelude():

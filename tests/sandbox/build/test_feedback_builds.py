@@ -100,6 +100,12 @@ def build_errors(tmp_path_factory) -> dict[str, str | None]:
         stdout, stderr = proc.communicate(timeout=900)
         assert proc.returncode == 0, stderr[-3000:]
         out[key] = json.loads(stdout.strip().splitlines()[-1])
+    # the C++ program again, with no compiler to be found: its errors can only come from the failed build's marker
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "1", "CXX": str(root / "no-such-compiler")}
+    again = subprocess.run([sys.executable, "-c", DRIVER, "cpu", str(root / "kevin-run-cppx1" / "candidate.py"),
+                            str(root / "cache" / "ext")], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    out["cpp_again"] = json.loads(again.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -139,6 +145,13 @@ def test_the_workers_build_error_message_is_the_compilers_output_without_the_bui
     assert_path_free(message)
 
 
+@pytest.mark.slow
+def test_a_program_that_failed_to_compile_gets_the_same_feedback_again_without_a_compiler(build_errors):
+    first, again = build_errors["cpp"], build_errors["cpp_again"]
+    assert first is not None and again is not None
+    assert feedback.compile_error_feedback(again, CPP_PROGRAM) == feedback.compile_error_feedback(first, CPP_PROGRAM)
+
+
 # ---------------------------------------------------------------- the build error itself (torch's build stubbed)
 
 
@@ -169,3 +182,55 @@ def test_a_failed_build_raises_the_cleaned_compiler_output(monkeypatch, tmp_path
 def test_a_long_build_log_keeps_its_head_where_the_first_errors_are():
     log = _extension.clean_build_log("main.cpp:1:1: error: first\n" + "note: more\n" * 5000, "/b", limit=500)
     assert log.startswith("main.cpp:1:1: error: first") and len(log) < 600
+
+
+def _failing_build(monkeypatch, tmp_path, error):
+    """`install` over a build that always fails with ``error`` after ninja's framing; returns (load_inline, calls)."""
+    import functools
+
+    from torch.utils import cpp_extension as ce
+
+    calls = []
+
+    def fake(**arguments):
+        calls.append(arguments["build_directory"])
+        raise RuntimeError(f"Error building extension 'ext': FAILED: main.o \nc++ -c main.cpp\n{error}\n"
+                           "ninja: build stopped: subcommand failed.\n")
+
+    monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(fake))
+    _extension.install(str(tmp_path / "ext"), "cpu", light=False)
+    return ce.load_inline, calls
+
+
+def test_a_call_that_failed_for_its_sources_own_errors_raises_them_again_without_building(monkeypatch, tmp_path):
+    load, calls = _failing_build(monkeypatch, tmp_path, "main.cpp:3:1: error: 'x' does not name a type")
+    messages = []
+    for _ in range(2):
+        with pytest.raises(_extension.BuildError) as caught:
+            load(name="ext", cpp_sources="x y;", functions=["f"])
+        messages.append(str(caught.value))
+    assert len(calls) == 1 and messages[0] == messages[1]
+    assert "main.cpp:3:1: error: 'x' does not name a type" in messages[1]
+
+
+def test_another_source_with_the_same_name_is_still_built(monkeypatch, tmp_path):
+    load, calls = _failing_build(monkeypatch, tmp_path, "main.cpp:3:1: error: 'x' does not name a type")
+    for source in ("x y;", "x z;"):
+        with pytest.raises(_extension.BuildError):
+            load(name="ext", cpp_sources=source, functions=["f"])
+    assert len(calls) == 2 and calls[0] != calls[1]
+
+
+def test_a_build_the_machine_killed_is_built_again(monkeypatch, tmp_path):
+    # the same source may build once the machine has memory again: such a failure leaves no marker
+    load, calls = _failing_build(monkeypatch, tmp_path, "c++: fatal error: Killed signal terminated program cc1plus")
+    for _ in range(2):
+        with pytest.raises(_extension.BuildError):
+            load(name="ext", cpp_sources="x y;", functions=["f"])
+    assert len(calls) == 2
+
+
+def test_a_log_with_no_compiler_error_is_not_remembered():
+    assert not _extension.source_error("ninja: error: loading 'build.ninja': No such file or directory")
+    assert not _extension.source_error("main.cpp:3:1: error: x\nc++: internal compiler error: Segmentation fault")
+    assert _extension.source_error("cuda.cu(33): error: identifier \"thread\" is undefined")
