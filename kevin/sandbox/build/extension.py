@@ -8,8 +8,9 @@ imported, `install` replaces ``load_inline`` by a wrapper that sets ``build_dire
 
 so one source is compiled once and every later candidate with the same extension loads it in a fraction
 of a second, whatever its Python code around it. A call that fails for its source's own errors (`source_error`)
-leaves `BUILD_FAILED` there with the errors, so a later identical call reports them at once: a policy that writes
-the same flawed program in every step would otherwise pay a whole compile for it each time.
+leaves `BUILD_FAILED` there with the errors and the compilers' stamp (`toolchain`), so a later identical call with
+the same compilers reports them at once: a policy that writes the same flawed program in every step would
+otherwise pay a whole compile for it each time.
 
 It also compiles CUDA sources without ``#include <torch/extension.h>`` (`drop_extension_header`): load_inline
 already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TORCH_CHECK``, dispatch macros),
@@ -153,7 +154,7 @@ def _mark_failed(build_dir: str, log: str = "", marker: str = LIGHT_FAILED) -> N
     with contextlib.suppress(OSError):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-            f.write(log[:MAX_BUILD_LOG])
+            f.write(log[:MAX_MARKER])
         os.replace(tmp, path)
     with contextlib.suppress(OSError):
         os.unlink(tmp)
@@ -166,33 +167,67 @@ def _failure_log(build_dir: str, marker: str = LIGHT_FAILED) -> str:
         fd = os.open(os.path.join(build_dir, marker), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                return f.read(MAX_BUILD_LOG)
+                return f.read(MAX_MARKER)
     return ""
 
 
 BUILD_FAILED = "kevin-build-failed"
-"""Marker in a build directory: this exact call failed to compile (`source_error`); it holds the reported log, which a
-later call raises at once instead of compiling again (a flawed program a policy writes in every step cost a full
-compile each time)."""
+"""Marker in a build directory: this exact call failed to compile (`source_error`) with this toolchain; it holds the
+reported log, which a later call raises at once instead of compiling again (a flawed program a policy writes in every
+step cost a full compile each time)."""
 
 # what another attempt need not repeat: the machine's resources, a crash or a signal, a precompiled header, a tool's
 # own traceback; a log that mentions any of them is not remembered
-_NOT_THE_SOURCE = re.compile(r"No space left|Cannot allocate memory|virtual memory exhausted|out of memory|killed|"
-                             r"signal|internal compiler error|Segmentation fault|Bus error|Too many open files|"
+_NOT_THE_SOURCE = re.compile(r"No space left|Cannot allocate memory|memory exhausted|out of memory|Memory allocation|"
+                             r"Disk quota|Read-only file system|Stale file handle|file truncated|file not recognized|"
+                             r"killed|signal|internal compiler error|Segmentation fault|Bus error|Too many open files|"
                              r"Resource temporarily unavailable|Input/output error|Permission denied|"
                              r"Traceback \(most recent call last\)|\.gch", re.I)
+_UNITS = ("main.cpp", "kernel.cpp", "cuda.cu")  # the files load_inline and `.split` write from the sources
 
 
 def source_error(log: str) -> bool:
-    """Whether a failed build's cleaned ``log`` shows the compiler or linker rejecting the source (an error
-    diagnostic) and nothing that a second attempt might not repeat (`_NOT_THE_SOURCE`).
+    """Whether a failed build's cleaned ``log`` is the compiler rejecting the source: its first error names a line of
+    a unit written from the sources (or is the linker's "undefined reference"), and nothing in it is what a second
+    attempt might not repeat (`_NOT_THE_SOURCE`).
 
     >>> source_error("main.cpp:3:1: error: expected ';'"), source_error("c++: fatal error: Killed signal terminated")
     (True, False)
     """
     from kevin.sandbox.feedback import compiler_diagnostics
 
-    return bool(compiler_diagnostics(log, max_errors=1)) and not _NOT_THE_SOURCE.search(log)
+    first = compiler_diagnostics(log, max_errors=1)
+    if not first or _NOT_THE_SOURCE.search(log):
+        return False
+    return first[0].file in _UNITS or "undefined reference to" in first[0].text
+
+
+def toolchain() -> str:
+    """What a remembered failure holds for: the compilers this process would run (path, size, modification time of
+    ``$CXX`` or c++, and of nvcc), so an upgraded compiler builds the source again."""
+    import torch.utils.cpp_extension as ce
+
+    found = [shutil.which(os.environ.get("CXX", "c++"))]
+    home = os.environ.get("CUDA_HOME") or getattr(ce, "CUDA_HOME", None)
+    found.append(os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc"))
+    stamps = []
+    for path in found:
+        with contextlib.suppress(OSError, TypeError):
+            st = os.stat(os.path.realpath(path))
+            stamps.append([os.path.realpath(path), st.st_size, st.st_mtime_ns])
+    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:16]
+
+
+def remember_failure(build_dir: str, log: str) -> None:
+    """`BUILD_FAILED` in ``build_dir``: the `toolchain` stamp on its first line, then ``log``."""
+    _mark_failed(build_dir, f"{toolchain()}\n{log}", BUILD_FAILED)
+
+
+def remembered_failure(build_dir: str) -> str:
+    """The log of a failure remembered in ``build_dir`` by this toolchain; "" when there is none (or another
+    toolchain's, or an empty one)."""
+    stamp, _, log = _failure_log(build_dir, BUILD_FAILED).partition("\n")
+    return log if log and stamp == toolchain() else ""
 
 
 FATAL_ERRORS = "-Wfatal-errors"
@@ -267,6 +302,7 @@ def try_light(build: Any, light_dir: str, name: Any, undefined_symbols_fail: boo
 
 
 MAX_BUILD_LOG = 12000
+MAX_MARKER = MAX_BUILD_LOG + 200  # a kept log with `clean_build_log`'s trim note and a `toolchain` stamp
 _TORCH_BUILD_ERROR = re.compile(r"Error building extension '[^'\n]*'(?::[ ]?)?")
 
 
@@ -432,7 +468,7 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
 
     def build(arguments: dict[str, Any], build_dir: str, units: tuple[str, str] | None = None) -> Any:
         os.makedirs(build_dir, exist_ok=True)
-        if known := _failure_log(build_dir, BUILD_FAILED):  # this exact call failed before: the same errors
+        if known := remembered_failure(build_dir):  # this exact call failed before: the same errors
             raise BuildError(str(arguments.get("name")), known)
         # verbose=False: torch then captures ninja's output into its exception (verbose prints it to stdout)
         arguments = {**arguments, "build_directory": build_dir, "verbose": False}
@@ -447,9 +483,9 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
                 if failed is None or isinstance(exc, BuildError):
                     raise
                 log = clean_build_log(str(exc)[failed.end():], build_dir)
-                if source_error(log):
-                    _mark_failed(build_dir, log, BUILD_FAILED)
-                raise BuildError(str(arguments.get("name")), log) from None
+        if source_error(log):  # (outside the block: its $CXX is the object cache's shim, not the toolchain's)
+            remember_failure(build_dir, log)
+        raise BuildError(str(arguments.get("name")), log) from None  # (no chained CalledProcessError)
 
     load_inline.__doc__ = original.__doc__
     ce.load_inline = load_inline
