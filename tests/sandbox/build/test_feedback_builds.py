@@ -99,12 +99,11 @@ def _error_messages(procs: dict) -> dict[str, str | None]:
 
 @pytest.fixture(scope="module")
 def build_errors(tmp_path_factory) -> dict[str, str | None]:
-    """The worker's ``error`` message for each broken program ('cpp', 'cuda'; None where it could not run); 'cpp_split'
-    for the C++ program built as the sandbox builds it (its kernel apart from its bindings, then whole); and each C++
-    one again ('..._again') with the compilers still there but no ninja to run them."""
+    """The worker's ``error`` message for each broken program ('cpp', 'cuda'; None where it could not run), and the
+    C++ one again ('cpp_again') with the compilers still there but no ninja to run them."""
     root = tmp_path_factory.mktemp("feedback-builds")
     home = _cuda_home()
-    jobs = {"cpp": ("cpu", CPP_PROGRAM, False), "cpp_split": ("cpu", CPP_PROGRAM, True)}
+    jobs = {"cpp": ("cpu", CPP_PROGRAM, False)}
     if home is not None:
         jobs["cuda"] = ("cuda", CUDA_PROGRAM, False)
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "1", "CUDA_HOME": home or ""}
@@ -116,8 +115,7 @@ def build_errors(tmp_path_factory) -> dict[str, str | None]:
         if shutil.which(name):
             os.symlink(shutil.which(name), tools / name)
     again = {**env, "PATH": str(tools)}
-    out.update(_error_messages({f"{key}_again": _run_driver(root, key, *jobs[key], again)
-                                for key in ("cpp", "cpp_split")}))
+    out.update(_error_messages({"cpp_again": _run_driver(root, "cpp", *jobs["cpp"], again)}))
     return out
 
 
@@ -158,9 +156,8 @@ def test_the_workers_build_error_message_is_the_compilers_output_without_the_bui
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("build", ["cpp", "cpp_split"])
-def test_a_program_that_failed_to_compile_gets_the_same_feedback_again_without_a_build(build_errors, build):
-    first, again = build_errors[build], build_errors[f"{build}_again"]
+def test_a_program_that_failed_to_compile_gets_the_same_feedback_again_without_a_build(build_errors):
+    first, again = build_errors["cpp"], build_errors["cpp_again"]
     assert first is not None and "undeclared_thing" in first
     assert feedback.compile_error_feedback(again, CPP_PROGRAM) == feedback.compile_error_feedback(first, CPP_PROGRAM)
 
@@ -197,7 +194,7 @@ def test_a_long_build_log_keeps_its_head_where_the_first_errors_are():
     assert log.startswith("main.cpp:1:1: error: first") and len(log) < 600
 
 
-def _failing_build(monkeypatch, tmp_path, error):
+def _failing_build(monkeypatch, tmp_path, error, light=False):
     """`install` over a build that always fails with ``error`` after ninja's framing; returns (load_inline, calls)."""
     import functools
 
@@ -211,7 +208,7 @@ def _failing_build(monkeypatch, tmp_path, error):
                            "ninja: build stopped: subcommand failed.\n")
 
     monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(fake))
-    _extension.install(str(tmp_path / "ext"), "cpu", light=False)
+    _extension.install(str(tmp_path / "ext"), "cpu", light=light)
     return ce.load_inline, calls
 
 
@@ -241,6 +238,30 @@ def test_a_build_the_machine_killed_is_built_again(monkeypatch, tmp_path):
         with pytest.raises(_extension.BuildError):
             load(name="ext", cpp_sources="x y;", functions=["f"])
     assert len(calls) == 2
+
+
+def test_a_split_cpu_build_that_failed_reports_the_same_errors_again_without_building(monkeypatch, tmp_path):
+    # the sandbox's CPU path: the kernel unit apart from its bindings, then the whole call stopping at its first error;
+    # the errors reported join both logs (`reported_errors`), the second time from the two markers
+    from kevin.sandbox.build import split as _split
+
+    splits = []
+
+    def split_fails(arguments, units, build_dir, pch_dir=None):
+        splits.append(build_dir)
+        raise RuntimeError("Error building extension 'ext': kernel.cpp:3:5: error: 'y' was not declared\n"
+                           "kernel.cpp:4:5: error: 'z' was not declared")
+
+    monkeypatch.setattr(_split, "split_sources", lambda arguments: ("main", "kernel"))
+    monkeypatch.setattr(_split, "build", split_fails)
+    load, calls = _failing_build(monkeypatch, tmp_path, "main.cpp:3:5: error: 'y' was not declared", light=True)
+    messages = []
+    for _ in range(2):
+        with pytest.raises(_extension.BuildError) as caught:
+            load(name="ext", cpp_sources="int f() { y; z; }", functions=["f"])
+        messages.append(str(caught.value))
+    assert (len(splits), len(calls)) == (1, 1) and messages[0] == messages[1]
+    assert messages[1].endswith("main.cpp:3:5: error: 'y' was not declared\nmain.cpp:4:5: error: 'z' was not declared")
 
 
 def test_a_failure_remembered_by_another_toolchain_is_built_again(monkeypatch, tmp_path):
