@@ -57,11 +57,11 @@ DRIVER = """
 import json, os, sys
 from kevin.sandbox.build import extension as _extension
 from kevin.sandbox.worker import channel as _worker
-backend, program, ext_root, light = sys.argv[1:5]
+backend, program, ext_root = sys.argv[1:4]
 if backend == "cuda":
     import torch.utils.cpp_extension as ce
     ce.CUDA_HOME = ce.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU-only torch looks for no toolkit itself
-_extension.install(ext_root, backend, light=light == "light")
+_extension.install(ext_root, backend, light=False)
 try:
     _extension.import_candidate(program)
     print(json.dumps(None))
@@ -78,13 +78,13 @@ def _cuda_home() -> str | None:
     return None
 
 
-def _run_driver(root, key: str, backend: str, program: str, light: bool, env: dict) -> subprocess.Popen:
+def _run_driver(root, key: str, backend: str, program: str, env: dict) -> subprocess.Popen:
     """The worker's import of ``program`` in a fresh process, in the build cache under ``root``."""
     scratch = root / f"kevin-run-{key}x1"
     scratch.mkdir(exist_ok=True)
     (scratch / "candidate.py").write_text(program)
     return subprocess.Popen([sys.executable, "-c", DRIVER, backend, str(scratch / "candidate.py"),
-                             str(root / "cache" / "ext"), "light" if light else "whole"],
+                             str(root / "cache" / "ext")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -103,9 +103,9 @@ def build_errors(tmp_path_factory) -> dict[str, str | None]:
     C++ one again ('cpp_again') with the compilers still there but no ninja to run them."""
     root = tmp_path_factory.mktemp("feedback-builds")
     home = _cuda_home()
-    jobs = {"cpp": ("cpu", CPP_PROGRAM, False)}
+    jobs = {"cpp": ("cpu", CPP_PROGRAM)}
     if home is not None:
-        jobs["cuda"] = ("cuda", CUDA_PROGRAM, False)
+        jobs["cuda"] = ("cuda", CUDA_PROGRAM)
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "1", "CUDA_HOME": home or ""}
     out: dict[str, str | None] = {"cuda": None}
     out.update(_error_messages({key: _run_driver(root, key, *job, env) for key, job in jobs.items()}))
