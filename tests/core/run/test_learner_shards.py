@@ -126,7 +126,7 @@ def test_a_model_without_fsdp_units_samples_as_it_is():
 def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_its_tasks(kevins,
                                                                                                        tmp_path):
     # a share of 2 tasks x 3 trajectories is listed as 6 one-trajectory tasks: the pipelined groups are those the
-    # rollout's own default gives 2 tasks of 3 trajectories, not 6 tasks of 1
+    # rollout's own default gives 2 tasks of 3 trajectories (6 on CUDA, 1 here on the CPU or another sandbox)
     from kevin.core.rollout import default_chunks
     from kevin.core.run.shards import rollout_layout
     from kevin.sandbox import Sandbox, SandboxConfig
@@ -138,14 +138,14 @@ def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rol
 
 
 def test_a_shares_waves_are_at_most_its_groups():
-    # 2 tasks x 3 trajectories on kevin's sandbox on CUDA: 2 groups (one per task), so stagger 4 starts 2 waves
+    # 2 tasks x 2 trajectories on kevin's sandbox on CUDA: 4 groups (one per trajectory), so stagger 8 starts 4 waves
     from kevin.core.run.shards import rollout_layout
     from kevin.sandbox import Sandbox
 
     sandbox = Sandbox.__new__(Sandbox)  # (no processes: only its backend is read)
     sandbox.backend = "cuda"
-    share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    assert rollout_layout(share, sandbox, 4) == {"n_trajectories": 1, "chunks": 2, "stagger": 2}
+    share = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert rollout_layout(share, sandbox, 8) == {"n_trajectories": 1, "chunks": 4, "stagger": 4}
 
 
 def test_a_share_of_one_trajectory_is_not_staggered():
