@@ -156,7 +156,7 @@ def busy_shares(intervals: Sequence[tuple[float, float]]) -> list[float]:
         opened[at[start]] += 1
         opened[at[end]] -= 1
     # before[i]: one interval's share of [edges[0], edges[i]] were it open all along; an interval's share is the
-    # difference at its ends (one sort and two passes: on_turn settles the costs after every group's turn)
+    # difference at its ends (one sort and two passes: on_turn settles the costs every `TELL_EVERY_S`)
     before, open_ = [0.0], 0
     for i in range(len(edges) - 1):
         open_ += opened[i]
@@ -216,7 +216,7 @@ def due_in(outstanding: Sequence[tuple[int, float | None]], slots: int, latencie
     return due
 
 
-def generate_now(pending: bool, next_due_s: float | None, generate_s: float | None) -> bool:
+def generate_now(pending: bool, next_due_s: float | None, generate_s: float | None, waited_s: float = 0.0) -> bool:
     """Whether the pipelined rollout generates the groups that are due now rather than wait for more to be due.
 
     The model: a generate call takes about as long whatever its batch (decoding is bound by latency, not rows).
@@ -225,11 +225,18 @@ def generate_now(pending: bool, next_due_s: float | None, generate_s: float | No
     (``next_due_s >= generate_s``) makes no one wait; one that would end later would keep the next group waiting and
     add a call, so the rollout waits for it and generates both in one call (with a sandbox faster than the policy,
     the pipelined rollout thus makes lockstep's calls). With no group pending, go; with no estimate yet, wait.
+    Whatever the estimate, the due groups wait at most one call's seconds (``waited_s``: the longest any of them has
+    waited): the call that waiting would save costs no more, and a straggling kernel is not waited out (the estimate
+    of a kernel slower than all judged so far stays at the mean latency).
 
     >>> generate_now(True, 60.0, 30.0), generate_now(True, 10.0, 30.0), generate_now(False, None, None)
     (True, False, True)
+    >>> generate_now(True, 10.0, 30.0, waited_s=30.0)   # waited a call's seconds: go
+    True
     """
     if not pending:
+        return True
+    if generate_s is not None and waited_s >= generate_s:
         return True
     if next_due_s is None or generate_s is None:
         return False
@@ -302,8 +309,9 @@ def rollout(
         start_from: B*G trajectories (task-major, of these tasks) whose turns are already judged: an earlier
             rollout's saved turns (``on_turn``) or its exception's ``trajectories``. Each goes on from its last turn,
             so an interrupted rollout continues where it stopped. Not with ``resample``. None: all start at turn 1.
-        on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) each time a turn is judged
-            (in lockstep every turn; pipelined, every group's turn), e.g. to save them (`records.SnapshotWriter`).
+        on_turn: called with the B*G trajectories so far (as ``start_from`` takes them) as turns are judged (in
+            lockstep after every turn; pipelined, at most every `TELL_EVERY_S` seconds and once at the end, an error's
+            included), e.g. to save them (`records.SnapshotWriter`).
             Pipelined, a turn's ``evaluation_s`` there is its share of the sandbox's time so far, settled at the end.
         stagger: pipelined only: the groups start in this many waves of consecutive groups, one generate call each
             (any group due by then joins it), back to back, so that the later waves generate while the earlier
@@ -476,6 +484,10 @@ def rollout(
     return out
 
 
+TELL_EVERY_S = 1.0
+"""The pipelined rollout's ``on_turn`` comes at most this often (and once at its end) with every turn judged by then."""
+
+
 class _Pipeline:
     """The pipelined schedule (module docstring): groups of rows advance turn by turn on their own.
 
@@ -492,11 +504,12 @@ class _Pipeline:
                  bar: Any, judged: Callable[[], None], stagger: int = 1) -> None:
         self.policy, self.sandbox, self.tasks, self.slots, self.history = policy, sandbox, tasks, slots, history
         self.bounds, self.n_turns, self.prompt, self.parse, self.bar = bounds, n_turns, prompt, parse, bar
-        self.judged_turn = judged  # told after every group's turn
+        self.judged_turn = judged  # told of the groups' turns closed (`_tell`)
         self.n_slots = evaluation_slots or getattr(sandbox, "capacity", None) or len(slots)
         self.group_of = [c for c, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
         self.next_turn = [self._turns_done(c) for c in range(len(bounds))]  # (0, unless started from earlier turns)
         self.due: list[int] = []  # groups whose next turn can go
+        self.due_since: dict[int, float] = {}  # ... and since when
         left = [c for c in range(len(bounds)) if self.next_turn[c] < n_turns]
         self.unstarted = [left[lo:hi] for lo, hi in chunk_bounds(len(left), stagger)] if left else []  # in order
         self.wave_of = {c: w for w, wave in enumerate(self.unstarted) for c in wave}
@@ -510,12 +523,15 @@ class _Pipeline:
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
         self.stream = streams(policy)  # kernels sent as their responses finish, while the call goes on
+        self.told_at: float | None = None  # when ``judged_turn`` was last called (None: nothing new since)
+        self.untold = False  # a group's turn closed since that call
 
     def run(self) -> None:
         try:
             while self.due or self.futures or self.unstarted:
                 for future in sorted((f for f in self.futures if f.done()), key=self.futures.__getitem__):
                     self._judged(future)
+                self._tell()
                 if self.unstarted:  # a wave's first call goes at once (with any group due by now)
                     self._generate(self.due + self.unstarted.pop(0))
                 elif go := self._due_to_generate():
@@ -523,13 +539,35 @@ class _Pipeline:
                 elif self.futures:
                     if self.bar is not None:
                         self.bar.set_postfix_str(f"{len(self.futures)} kernels in the sandbox")
-                    wait(list(self.futures), return_when=FIRST_COMPLETED)
+                    # until a kernel is judged, or the longest-waiting due group has waited a call's seconds
+                    patience = None
+                    if self.due and self.generate_s is not None:
+                        waited = time.perf_counter() - min(self.due_since[c] for c in self.due)
+                        patience = max(0.01, self.generate_s - waited)
+                    wait(list(self.futures), timeout=patience, return_when=FIRST_COMPLETED)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the turns judged so far still reach on_turn; the error goes on
+                self._tell(final=True)
+            raise
+        else:
+            self._tell(final=True)
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
+    def _tell(self, final: bool = False) -> None:
+        """``judged_turn()`` when a group's turn closed since the last call and `TELL_EVERY_S` has passed (or at the
+        end): with a group per trajectory it would otherwise settle every turn's costs after every kernel."""
+        now = time.perf_counter()
+        if self.untold and (final or self.told_at is None or now - self.told_at >= TELL_EVERY_S):
+            self.untold, self.told_at = False, now
+            self.judged_turn()
+
     def _due_to_generate(self) -> list[int]:
         """The due groups whose wave `generate_now` says to generate now, each wave judged on its own groups."""
-        go = {w for w in {self.wave_of[c] for c in self.due} if generate_now(*self._next_due(w))}
+        now = time.perf_counter()
+        waves = {self.wave_of[c] for c in self.due}
+        waited = {w: max(now - self.due_since[c] for c in self.due if self.wave_of[c] == w) for w in waves}
+        go = {w for w in waves if generate_now(*self._next_due(w), waited_s=waited[w])}
         return [c for c in self.due if self.wave_of[c] in go]
 
     def _next_due(self, wave: int) -> tuple[bool, float | None, float | None]:
@@ -549,7 +587,8 @@ class _Pipeline:
     def _generate(self, groups: list[int]) -> None:
         """One generate call over the due turns of ``groups``, which leave ``due``."""
         groups = sorted(groups)
-        self.due = [c for c in self.due if c not in groups]
+        chosen = set(groups)
+        self.due = [c for c in self.due if c not in chosen]
         rows = [k for c in groups for k in range(*self.bounds[c]) if len(self.history[k]) == self.next_turn[c]]
         turns = sorted({self.next_turn[c] + 1 for c in groups})
         if self.bar is not None:
@@ -615,14 +654,15 @@ class _Pipeline:
                 g, p, verdict, cost = self.staged.pop(k)
                 self.history[k].append(_turn(g, p, verdict, cost, 0.0))  # its evaluation seconds: settle_costs
                 statuses[verdict.status] += 1
-        logger.info("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c] + 1, self.n_turns, lo, hi - 1,
-                    dict(sorted(statuses.items())))
+        logger.debug("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c] + 1, self.n_turns, lo, hi - 1,
+                     dict(sorted(statuses.items())))
         self.next_turn[c] = self._turns_done(c)
         if self.next_turn[c] < self.n_turns:
             self.due.append(c)
+            self.due_since[c] = time.perf_counter()
         if self.bar is not None and min(self.next_turn) > self.bar.n:
             self.bar.update(min(self.next_turn) - self.bar.n)
-        self.judged_turn()
+        self.untold = True
 
     def _turns_done(self, c: int) -> int:
         """How many turns every row of group ``c`` has."""

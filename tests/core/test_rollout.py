@@ -1,5 +1,6 @@
 import dataclasses
 import logging
+import sys
 import time
 from types import SimpleNamespace
 
@@ -634,6 +635,17 @@ def _tasks_of_calls(policy):
     return [sorted({"t" + _user_text(c).split("# task ")[1][0] for c in call}) for call in policy.calls]
 
 
+def test_a_due_group_waits_for_a_straggling_kernel_no_longer_than_a_call():
+    # 2 tasks x 1 trajectory x 2 turns, a call sleeps 0.1 s; t1's kernel 0.01 s, t0's 1.0 s. After call 1 t1 is due
+    # and t0's kernel is estimated due in 0.01 s (the mean of those judged), sooner than a call: t1 waits, but only a
+    # call's 0.1 s, then goes alone, 0.9 s before t0's kernel is judged
+    policy = _ByPromptPolicy(sleep_s=0.1)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 1.0 if task.task_id == "t0" else 0.01)
+    rollout(policy, _tasks(2), sandbox, n_trajectories=1, n_turns=2, backend="cpu", progress=False, chunks=2)
+    assert _tasks_of_calls(policy) == [["t0", "t1"], ["t1"], ["t0"]]
+    assert policy.spans[1][0] - policy.spans[0][1] < 0.6  # (~0.11 s; 1.0 s when it waited the straggler out)
+
+
 def test_a_staggered_rollout_starts_the_second_wave_while_the_first_waves_kernel_is_judged():
     # 2 tasks x 1 trajectory x 2 turns, stagger 2: a call sleeps 0.2 s, a kernel 0.3 s.
     # Wave t0 [0, 0.2] -> its kernel [0.2, 0.5]; wave t1 [0.2, 0.4], begun while t0's kernel is in the sandbox
@@ -711,10 +723,9 @@ def test_an_error_raised_in_the_sandboxs_thread_reaches_the_caller_without_waiti
 
 
 def test_an_exception_in_a_pipelined_rollout_carries_each_trajectorys_judged_turns():
-    # task t1 never answers with code (no kernel: due at once), t0's kernels take 0.05 s. Call 1: turn 1 of both;
-    # t1 waits for t0 (no kernel judged yet, no estimate); call 2: turn 2 of both; t0's kernel is due in ~0.05 s,
-    # longer than an instant call, so call 3 is t1's turn 3 alone, and fails: t1 carries 2 turns, t0 1 (its second
-    # kernel was still in the sandbox)
+    # task t1 never answers with code (no kernel: due at once), t0's kernel takes 0.5 s. Call 1: turn 1 of both;
+    # t1 is due at once and an instant call is no reason to wait, so calls 2 and 3 are t1's turns 2 and 3 alone, and
+    # call 3 fails: t1 carries its 2 judged turns, t0 none (its kernel was still in the sandbox)
     calls = []
 
     def third_fails():
@@ -723,10 +734,10 @@ def test_an_exception_in_a_pipelined_rollout_carries_each_trajectorys_judged_tur
             raise ConnectionError("the server went away")
 
     policy = _ByPromptPolicy(during=third_fails, junk=lambda text: "# task 1" in text)
-    sandbox = _SleepySandbox(seconds=lambda task, code: 0.05)
+    sandbox = _SleepySandbox(seconds=lambda task, code: 0.5)
     with pytest.raises(ConnectionError) as info:
         rollout(policy, _tasks(2), sandbox, n_trajectories=1, n_turns=3, backend="cpu", progress=False, chunks=2)
-    assert [len(tr.turns) for tr in info.value.trajectories] == [1, 2]
+    assert [len(tr.turns) for tr in info.value.trajectories] == [0, 2]
 
 
 class _KevinSandbox(Sandbox):
@@ -910,7 +921,8 @@ def test_a_lockstep_rollout_continued_from_its_turn_one_snapshot_returns_the_unb
     assert len(snapshots) == 3 and continued == unbroken
 
 
-def test_a_pipelined_rollout_continued_from_a_snapshot_with_groups_at_different_turns_returns_the_same():
+def test_a_pipelined_rollout_continued_from_a_snapshot_with_groups_at_different_turns_returns_the_same(monkeypatch):
+    monkeypatch.setattr(sys.modules["kevin.core.rollout"], "TELL_EVERY_S", 0.0)  # a snapshot after every group's turn
     unbroken, continued, snapshots = _continued(chunks=3, stop_after=4)
     assert len(snapshots) == 9  # 3 groups x 3 turns, one snapshot per group's turn
     assert len({len(tr.turns) for tr in snapshots[3]}) >= 2  # task 2's kernels are fastest: its group ran ahead
@@ -932,9 +944,10 @@ def test_rows_that_started_further_on_sit_out_until_the_others_catch_up():
     assert trajs[0].turns[:2] == start[0].turns  # the judged turns are kept as they were
 
 
-def test_a_pipelined_rollout_calls_on_turn_once_per_groups_turn_with_its_evaluation_seconds_settled():
+def test_a_pipelined_rollout_calls_on_turn_once_per_groups_turn_with_its_evaluation_seconds_settled(monkeypatch):
     # 2 tasks x 1 trajectory x 2 turns, one group each; the sandbox judges one kernel at a time, 0.05 s each. Task
     # 0's turn-1 kernel goes first, so its group closes first, alone: its 0.05 s in the sandbox are all its own
+    monkeypatch.setattr(sys.modules["kevin.core.rollout"], "TELL_EVERY_S", 0.0)  # no interval between calls
     snapshots = []
     rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.05), n_trajectories=1,
             n_turns=2, backend="cpu", progress=False, chunks=2, evaluation_slots=1, on_turn=snapshots.append)
@@ -942,6 +955,35 @@ def test_a_pipelined_rollout_calls_on_turn_once_per_groups_turn_with_its_evaluat
     first = snapshots[0]
     assert len(first[0].turns) == 1 and len(first[1].turns) == 0
     assert 0.04 < first[0].turns[0].evaluation_s < 0.5  # settled (its 0.05 s, more on a loaded machine), not 0.0
+
+
+def test_a_pipelined_rollout_tells_on_turn_at_most_every_interval_and_once_at_the_end(monkeypatch):
+    # 2 tasks x 1 trajectory x 2 turns: 4 group turns judged within far less than the interval; the first is told
+    # at once (nothing told before), the other three together at the end
+    monkeypatch.setattr(sys.modules["kevin.core.rollout"], "TELL_EVERY_S", 60.0)
+    snapshots = []
+    rollout(_ByPromptPolicy(), _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.01), n_trajectories=1,
+            n_turns=2, backend="cpu", progress=False, chunks=2, on_turn=snapshots.append)
+    assert len(snapshots) == 2
+    assert [len(tr.turns) for tr in snapshots[-1]] == [2, 2]
+
+
+def test_a_pipelined_rollout_stopped_by_an_error_still_tells_on_turn_its_last_judged_turns(monkeypatch):
+    # the setup of the test above (t1 without code, t0's kernel 0.5 s, the third call fails): t1's turn 1 is told
+    # at once, its turn 2 only when the error ends the rollout
+    monkeypatch.setattr(sys.modules["kevin.core.rollout"], "TELL_EVERY_S", 60.0)
+    calls, snapshots = [], []
+
+    def third_fails():
+        calls.append(1)
+        if len(calls) == 3:
+            raise ConnectionError("the server went away")
+
+    policy = _ByPromptPolicy(during=third_fails, junk=lambda text: "# task 1" in text)
+    with pytest.raises(ConnectionError):
+        rollout(policy, _tasks(2), _SleepySandbox(seconds=lambda task, code: 0.5), n_trajectories=1, n_turns=3,
+                backend="cpu", progress=False, chunks=2, on_turn=snapshots.append)
+    assert [len(tr.turns) for tr in snapshots[-1]] == [0, 2]
 
 
 def test_start_from_another_rollouts_trajectories_is_refused():

@@ -122,19 +122,21 @@ def test_a_model_without_fsdp_units_samples_as_it_is():
         assert inside is model and [p for p in inside.parameters()] == before
 
 
-@pytest.mark.parametrize("kevins", [False, True], ids=["other sandbox", "kevin's Sandbox"])
-def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_its_tasks(kevins,
-                                                                                                       tmp_path):
-    # a share of 2 tasks x 3 trajectories is listed as 6 one-trajectory tasks: the pipelined groups are those the
-    # rollout's own default gives 2 tasks of 3 trajectories (6 on CUDA, 1 here on the CPU or another sandbox)
-    from kevin.core.rollout import default_chunks
+@pytest.mark.parametrize("backend, groups", [(None, 1), ("cpu", 1), ("cuda", 6)],
+                         ids=["other sandbox", "kevin's on the CPU", "kevin's on CUDA"])
+def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_trajectories(backend,
+                                                                                                          groups):
+    # a share of 2 tasks x 3 trajectories is listed as 6 one-trajectory tasks: on CUDA kevin's sandbox gets a
+    # pipelined group per trajectory (6), anything else the lockstep rollout (1 group)
     from kevin.core.run.shards import rollout_layout
-    from kevin.sandbox import Sandbox, SandboxConfig
+    from kevin.sandbox import Sandbox
 
-    sandbox = Sandbox(device="cpu", config=SandboxConfig(cache_dir=str(tmp_path))) if kevins else object()
+    sandbox = object()
+    if backend is not None:
+        sandbox = Sandbox.__new__(Sandbox)  # (no processes: only its backend is read)
+        sandbox.backend = backend
     share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    assert rollout_layout(share, sandbox) == {"n_trajectories": 1, "chunks": default_chunks(sandbox, 2, 3),
-                                              "stagger": 1}
+    assert rollout_layout(share, sandbox) == {"n_trajectories": 1, "chunks": groups, "stagger": 1}
 
 
 def test_a_shares_waves_are_at_most_its_groups():
