@@ -15,7 +15,8 @@ phase counts both),
 and the seconds it held the device, which no other timing overlaps (nor, until "shared" in its timeline, when the
 worker reported its timed loop over and its memory freed, a generate call or a correctness run: the "alone" part).
 The references' own timings also hold the device alone and are not counted here: the sum is a lower bound on the
-step's held time.
+step's held time. Last, the milliseconds of a decoding step in each generate call: its seconds over its longest
+response's tokens (a call's responses are told apart by their seconds per token, equal within a call: `decode_steps`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,19 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
     return phases, fresh, reused
 
 
+def decode_steps(path: Path) -> list[tuple[float, int, int]]:
+    """Each generate call of the step as (seconds, rows, longest response in tokens), longest call first. A turn's
+    ``generation_s`` is its call's seconds shared in proportion to tokens, so seconds per token is one number a call
+    (two calls with equal numbers would merge: rare with seconds measured to the nanosecond)."""
+    calls: dict[float, list[int]] = defaultdict(list)
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            for turn in json.loads(line)["turns"]:
+                if n := len(turn["response_ids"]):
+                    calls[round(turn["generation_s"] / n, 9)].append(n)
+    return sorted(((rate * sum(ns), len(ns), max(ns)) for rate, ns in calls.items()), reverse=True)
+
+
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit(__doc__)
@@ -122,6 +136,8 @@ def main(argv: list[str]) -> None:
                           f"{sum(held) / len(held):.1f}s; alone {sum(alone):.1f}s, the rest shared after the "
                           f"timed loop), after {sum(wait) / len(wait):.1f}s on average from their outputs compared "
                           f"(max {max(wait):.1f}s)")
+            steps_ms = [f"{1000 * s / longest:.0f}" for s, _, longest in decode_steps(files[k - 1])]
+            print(f"  ms a decoding step, per call (longest call first): {', '.join(steps_ms)}")
 
 
 if __name__ == "__main__":

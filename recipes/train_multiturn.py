@@ -71,7 +71,7 @@ class Config(RunConfig):
     n_turns: int = 4
     """T: refinement turns per trajectory (paper: 4 in training)"""
     stagger: int = 1
-    """CUDA: trajectories start in this many waves, each generating while others are judged (docs/method.md)"""
+    """CUDA: tasks start in this many waves, each generating while others are judged (docs/method.md); 1: at once"""
     max_new_tokens: int = 16384
     """response budget per turn (paper: 16k, raised to 22k after step 30: ``raise_max_new_tokens_by``)"""
     raise_max_new_tokens_by: float = 1.375

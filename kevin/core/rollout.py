@@ -21,9 +21,9 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   over all the kernels.
 - Pipelined (the default with kevin's ``Sandbox`` on CUDA, whose candidates compile in subprocesses on the CPU cores
   while the policy decodes on the GPU; `default_chunks`): the trajectories are cut into ``chunks`` groups of
-  consecutive rows (one per trajectory by default). Each kernel is its own ``evaluate_many`` call, made by background
-  threads from one first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they
-  were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
+  consecutive rows (one per task by default; with ``chunks`` = B*G, one per trajectory, each row then waiting for
+  its own kernel alone). Each kernel is its own ``evaluate_many`` call, made by background threads from one
+  first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
   still in the sandbox; when the policy is free, one generate call covers every group that is due, unless another is
   due before the call would end (`generate_now`). A policy whose ``generate`` takes ``on_done`` (`streams`;
   `kevin.core.policy.TransformersPolicy` does) hands each response over as soon as it stopped, and its kernel goes
@@ -244,9 +244,8 @@ def generate_now(pending: bool, next_due_s: float | None, generate_s: float | No
 
 
 def default_chunks(sandbox: Any, n_tasks: int, n_trajectories: int) -> int:
-    """The default number of pipelined groups: one per trajectory for kevin's `Sandbox` on CUDA, where the candidates
-    compile on the CPU cores while the policy decodes on the GPU (a trajectory's next turn needs only its own verdict,
-    so no row waits for a slower kernel of its task's; `generate_now` still batches rows due close together); 1
+    """The default number of pipelined groups: one per task (two halves of a single task's rows) for kevin's
+    `Sandbox` on CUDA, where the candidates compile on the CPU cores while the policy decodes on the GPU; 1
     (lockstep) for its CPU backend, where a generate call and the compilers would share the same cores (and timings
     wait for both), and for any other sandbox, which may judge in this process or count on one call per turn (the
     synthetic sandbox of ``recipes/teach_credit_assignment.py`` does)."""
@@ -254,7 +253,7 @@ def default_chunks(sandbox: Any, n_tasks: int, n_trajectories: int) -> int:
 
     if not isinstance(sandbox, Sandbox) or getattr(sandbox, "backend", None) != "cuda":
         return 1
-    return max(1, n_tasks * n_trajectories)
+    return min(n_tasks * n_trajectories, max(n_tasks, 2))
 
 
 def rollout(
@@ -302,7 +301,7 @@ def rollout(
             them as they are. None (default): independent trajectories. Runs the rollout in lockstep.
         chunks: how many groups of consecutive trajectories (task-major rows) the pipelined schedule moves
             independently; 1: lockstep (one generate and one ``evaluate_many`` call per turn). None (default):
-            :func:`default_chunks` (one per trajectory with kevin's ``Sandbox`` on CUDA, else 1); with ``resample``, 1.
+            :func:`default_chunks` (one per task with kevin's ``Sandbox`` on CUDA, else 1); with ``resample``, 1.
         evaluation_slots: pipelined only: how many kernels are in the sandbox at once. None: the sandbox's ``capacity``
             (kevin's `Sandbox`: its compile workers plus two per device), every kernel at once for a sandbox without
             one.

@@ -759,12 +759,12 @@ def test_with_kevins_sandbox_on_cuda_the_default_is_pipelined_one_kernel_per_cal
     assert [len(b) for b in inner.batches] == [1] * 8  # 2 tasks x 2 trajectories x 2 turns, each its own call
 
 
-def test_the_default_is_one_group_per_trajectory_with_kevins_sandbox_on_cuda_else_lockstep():
+def test_the_default_is_one_group_per_task_with_kevins_sandbox_on_cuda_else_lockstep():
     from kevin.core.rollout import default_chunks
 
-    # 4 tasks x 8 trajectories: 32 groups, each row's next turn waiting only for its own kernel
-    assert default_chunks(_KevinSandbox(_SleepySandbox()), 4, 8) == 32
-    assert default_chunks(_KevinSandbox(_SleepySandbox()), 1, 1) == 1  # one trajectory: lockstep
+    # 4 tasks x 8 trajectories: one group per task; 1 task: its two halves
+    assert default_chunks(_KevinSandbox(_SleepySandbox()), 4, 8) == 4
+    assert default_chunks(_KevinSandbox(_SleepySandbox()), 1, 8) == 2
     assert default_chunks(_KevinSandbox(_SleepySandbox(), backend="cpu"), 4, 8) == 1  # policy and compilers: 1 CPU
     assert default_chunks(_SleepySandbox(), 4, 8) == 1
 

@@ -41,12 +41,14 @@ def share_tasks(tasks: Sequence[Any], share: Sequence[tuple[int, int]]) -> list[
 
 def rollout_layout(share: Sequence[tuple[int, int]], sandbox: Any, stagger: int = 1) -> dict[str, int]:
     """The keywords of `kevin.core.rollout.rollout` for a share (with `share_tasks` as its tasks): one trajectory per
-    listed task, in the pipelined groups the rollout's default gives (`kevin.core.rollout.default_chunks`: one per
-    trajectory with kevin's ``Sandbox`` on CUDA, else lockstep); the groups start in ``stagger`` waves, at most one per
-    group (one wave, unstaggered, for a share the rollout runs in lockstep, such as a single trajectory's)."""
+    listed task, and the pipelined groups its default would give the share's tasks with their own trajectory counts
+    (one group per task with kevin's ``Sandbox``, `kevin.core.rollout.default_chunks`), not one per trajectory; the
+    groups start in ``stagger`` waves, at most one per group (one wave, unstaggered, for a share the rollout runs in
+    lockstep, such as a single trajectory's)."""
     from kevin.core.rollout import default_chunks
 
-    chunks = default_chunks(sandbox, len(share), 1)
+    n_tasks = len({b for b, _ in share})
+    chunks = default_chunks(sandbox, n_tasks, max(1, len(share) // n_tasks))
     return {"n_trajectories": 1, "chunks": chunks, "stagger": min(stagger, chunks)}
 
 

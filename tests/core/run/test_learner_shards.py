@@ -122,12 +122,12 @@ def test_a_model_without_fsdp_units_samples_as_it_is():
         assert inside is model and [p for p in inside.parameters()] == before
 
 
-@pytest.mark.parametrize("backend, groups", [(None, 1), ("cpu", 1), ("cuda", 6)],
+@pytest.mark.parametrize("backend, groups", [(None, 1), ("cpu", 1), ("cuda", 2)],
                          ids=["other sandbox", "kevin's on the CPU", "kevin's on CUDA"])
-def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_trajectories(backend,
-                                                                                                          groups):
+def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rollout_groups_its_tasks(backend,
+                                                                                                       groups):
     # a share of 2 tasks x 3 trajectories is listed as 6 one-trajectory tasks: on CUDA kevin's sandbox gets a
-    # pipelined group per trajectory (6), anything else the lockstep rollout (1 group)
+    # pipelined group per task (2), not per listed task (6); anything else the lockstep rollout (1 group)
     from kevin.core.run.shards import rollout_layout
     from kevin.sandbox import Sandbox
 
@@ -140,14 +140,14 @@ def test_a_share_is_rolled_out_one_trajectory_per_listed_task_grouped_as_the_rol
 
 
 def test_a_shares_waves_are_at_most_its_groups():
-    # 2 tasks x 2 trajectories on kevin's sandbox on CUDA: 4 groups (one per trajectory), so stagger 8 starts 4 waves
+    # 2 tasks x 3 trajectories on kevin's sandbox on CUDA: 2 groups (one per task), so stagger 4 starts 2 waves
     from kevin.core.run.shards import rollout_layout
     from kevin.sandbox import Sandbox
 
     sandbox = Sandbox.__new__(Sandbox)  # (no processes: only its backend is read)
     sandbox.backend = "cuda"
-    share = [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert rollout_layout(share, sandbox, 8) == {"n_trajectories": 1, "chunks": 4, "stagger": 4}
+    share = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert rollout_layout(share, sandbox, 4) == {"n_trajectories": 1, "chunks": 2, "stagger": 2}
 
 
 def test_a_share_of_one_trajectory_is_not_staggered():
