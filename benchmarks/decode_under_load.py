@@ -1,0 +1,163 @@
+"""What slows the policy's decoding while the sandbox judges kernels: one load at a time, on one machine.
+
+In the pipelined loop a generate call of the medium starter took 13-23 ms a decoding step with the sandbox empty and
+59-114 ms while kernels were judged (benchmarks/README.md, "The loop on one GPU"). The sandbox then loads the machine
+in three ways at once; each is applied here alone, to a randomly initialised model of the same layout decoding a
+fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``):
+
+- ``cpu``: one busy process per core, each in a session of its own (as the candidates' compilers run);
+- ``gpu_process``: another process running matmuls on the same GPU (as a candidate's correctness run), so the two
+  contexts are time-sliced;
+- ``gpu_thread``: a thread of the policy's own process comparing large float64 tensors on the GPU (as the parent
+  compares a candidate's outputs), on the default stream, and ``gpu_thread_stream`` on a stream of its own;
+- ``gil``: a thread of the policy's process running Python without pause (the worst case of the sandbox's threads in
+  the parent: each time the decoding thread gives up the GIL, to wait for the device, it may wait the switch
+  interval to get it back);
+- ``all``: ``cpu``, ``gpu_process`` and ``gpu_thread`` together.
+
+Each row: milliseconds a decoding step (the call's seconds over its new tokens, prefill included) and the ratio to
+``none``.
+
+    python benchmarks/decode_under_load.py --out OUT                                  # a GPU machine
+    python benchmarks/decode_under_load.py --device cpu --shape test --new_tokens 8   # smoke (CPU loads only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BUSY = "while True: pass"
+GPU_PROCESS = ("import torch\na = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda')\n"
+               "print('ready', flush=True)\nwhile True:\n    c = a @ b\n    torch.cuda.synchronize()\n")
+LOADS = ("none", "cpu", "gpu_process", "gpu_thread", "gpu_thread_stream", "gil", "all")
+GPU_LOADS = {"gpu_process", "gpu_thread", "gpu_thread_stream", "all"}
+
+
+@contextlib.contextmanager
+def processes(code: str, n: int, wait_ready: bool = False) -> Iterator[None]:
+    """``n`` Python processes running ``code``, each in a session of its own; killed on leaving."""
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, start_new_session=True) for _ in range(n)]
+    try:
+        if wait_ready:
+            for p in procs:
+                assert p.stdout is not None and p.stdout.readline().strip() == "ready", "the load did not start"
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def thread(work, stop: threading.Event) -> Iterator[None]:
+    """``work(stop)`` in a thread of this process until the block ends."""
+    t = threading.Thread(target=work, args=(stop,), daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
+def compare_loop(side_stream: bool):
+    """A thread's work: compare two 16M-element float64 tensors on the GPU and read the answer, over and over."""
+    import torch
+
+    def work(stop: threading.Event) -> None:
+        stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            a = torch.randn(16 << 20, device="cuda", dtype=torch.float64)
+            b = a + 1e-9
+            while not stop.is_set():
+                ((a - b).abs() <= 1e-6 + 1e-6 * b.abs()).all().item()
+    return work
+
+
+def python_loop(stop: threading.Event) -> None:
+    x = 0
+    while not stop.is_set():
+        for i in range(10000):
+            x += i * i
+
+
+@contextlib.contextmanager
+def load(name: str) -> Iterator[None]:
+    cores = os.cpu_count() or 1
+    with contextlib.ExitStack() as stack:
+        if name in ("cpu", "all"):
+            stack.enter_context(processes(BUSY, cores))
+        if name in ("gpu_process", "all"):
+            stack.enter_context(processes(GPU_PROCESS, 1, wait_ready=True))
+        if name in ("gpu_thread", "gpu_thread_stream", "all"):
+            stack.enter_context(thread(compare_loop(name == "gpu_thread_stream"), threading.Event()))
+        if name == "gil":
+            stack.enter_context(thread(python_loop, threading.Event()))
+        time.sleep(1.0)  # the load under way
+        yield
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--shape", default="medium", help="a layout of kevin.core.policy.starter.SHAPES")
+    p.add_argument("--rows", type=int, default=16)
+    p.add_argument("--prompt_len", type=int, default=300)
+    p.add_argument("--new_tokens", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=2, help="calls per load (the median is kept)")
+    p.add_argument("--max_s", type=float, default=30.0, help="a call stops after this many seconds")
+    p.add_argument("--loads", default=",".join(LOADS))
+    p.add_argument("--out", default=None, help="directory for results.json")
+    args = p.parse_args()
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from kevin.core.policy.starter import SHAPES
+
+    torch.manual_seed(0)
+    config = Qwen2Config(**SHAPES[args.shape], vocab_size=8192, max_position_embeddings=4096, tie_word_embeddings=True,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    model = Qwen2ForCausalLM(config).to(args.device, dtype).eval()
+    ids = torch.randint(1, 8192, (args.rows, args.prompt_len), device=args.device)
+
+    def call() -> float:
+        """Milliseconds a decoding step of one call (cut at ``--max_s``: then over the tokens it reached)."""
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=0.9,
+                                 max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=0,
+                                 max_time=args.max_s)
+        return 1000 * (time.perf_counter() - start) / max(1, out.shape[1] - ids.shape[1])
+
+    call()  # warm-up
+    loads = [name for name in args.loads.split(",") if args.device.startswith("cuda") or name not in GPU_LOADS]
+    rows = []
+    print(f"{args.shape} on {args.device}: {args.rows} rows x {args.prompt_len} + {args.new_tokens} tokens")
+    print("| load | ms a decoding step | x none |\n| --- | --- | --- |")
+    for name in loads:
+        with load(name):
+            ms = sorted(call() for _ in range(args.repeats))[args.repeats // 2]
+        rows.append({"load": name, "ms_per_step": round(ms, 2)})
+        base = rows[0]["ms_per_step"] if rows[0]["load"] == "none" else None
+        print(f"| {name} | {ms:.1f} | {ms / base:.2f} |" if base else f"| {name} | {ms:.1f} | |", flush=True)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "decode_under_load.json").write_text(json.dumps({**vars(args), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
