@@ -23,8 +23,9 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   while the policy decodes on the GPU; `default_chunks`): the trajectories are cut into ``chunks`` groups of
   consecutive rows (one per task by default; with ``chunks`` = B*G, one per trajectory, each row then waiting for
   its own kernel alone). Each kernel is its own ``evaluate_many`` call, made by background threads from one
-  first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they were written. A group is due for its next turn once all its kernels are judged, while other groups' kernels are
-  still in the sandbox; when the policy is free, one generate call covers every group that is due, unless another is
+  first-in first-out queue, ``evaluation_slots`` at a time, so kernels are judged in the order they were written.
+  A group is due for its next turn once all its kernels are judged, while other groups' kernels are still in the
+  sandbox; when the policy is free, one generate call covers every group that is due, unless another is
   due before the call would end (`generate_now`). A policy whose ``generate`` takes ``on_done`` (`streams`;
   `kevin.core.policy.TransformersPolicy` does) hands each response over as soon as it stopped, and its kernel goes
   to the sandbox then, while the call samples the longer ones: a call lasts as long as its longest response. While
@@ -522,7 +523,7 @@ class _Pipeline:
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
         self.stream = streams(policy)  # kernels sent as their responses finish, while the call goes on
-        self.told_at: float | None = None  # when ``judged_turn`` was last called (None: nothing new since)
+        self.told_at: float | None = None  # when ``judged_turn`` was last called (None: never)
         self.untold = False  # a group's turn closed since that call
 
     def run(self) -> None:
@@ -653,8 +654,8 @@ class _Pipeline:
                 g, p, verdict, cost = self.staged.pop(k)
                 self.history[k].append(_turn(g, p, verdict, cost, 0.0))  # its evaluation seconds: settle_costs
                 statuses[verdict.status] += 1
-        logger.debug("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c] + 1, self.n_turns, lo, hi - 1,
-                     dict(sorted(statuses.items())))
+        logger.info("turn %d/%d of trajectories %d-%d judged: %s", self.next_turn[c] + 1, self.n_turns, lo, hi - 1,
+                    dict(sorted(statuses.items())))
         self.next_turn[c] = self._turns_done(c)
         if self.next_turn[c] < self.n_turns:
             self.due.append(c)
