@@ -5,7 +5,10 @@ In the pipelined loop a generate call of the medium starter took 13-23 ms a deco
 in three ways at once; each is applied here alone, to a randomly initialised model of the same layout decoding a
 fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``):
 
-- ``cpu``: one busy process per core, each in a session of its own (as the candidates' compilers run);
+- ``cpu``: one busy process per core, each in a session of its own (as the candidates' compilers run: with the
+  kernel's autogroups on, each session shares the cores as one group, as the whole decoding process does), and
+  ``cpu_one_session`` the same processes in this process's session (one group with it), and ``cpu_niced`` in sessions
+  of their own whose groups run at nice 10 (`kevin.sandbox.worker.channel.lower_priority`);
 - ``gpu_process``: another process running matmuls on the same GPU (as a candidate's correctness run), so the two
   contexts are time-sliced;
 - ``gpu_thread``: a thread of the policy's own process comparing large float64 tensors on the GPU (as the parent
@@ -38,17 +41,19 @@ from typing import Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUSY = "while True: pass"
+BUSY_NICED = ("from kevin.sandbox.worker.channel import lower_priority\nlower_priority()\n"
+              "while True: pass")
 GPU_PROCESS = ("import torch\na = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda')\n"
                "print('ready', flush=True)\nwhile True:\n    c = a @ b\n    torch.cuda.synchronize()\n")
-LOADS = ("none", "cpu", "gpu_process", "gpu_thread", "gpu_thread_stream", "gil", "all")
+LOADS = ("none", "cpu", "cpu_one_session", "cpu_niced", "gpu_process", "gpu_thread", "gpu_thread_stream", "gil", "all")
 GPU_LOADS = {"gpu_process", "gpu_thread", "gpu_thread_stream", "all"}
 
 
 @contextlib.contextmanager
-def processes(code: str, n: int, wait_ready: bool = False) -> Iterator[None]:
-    """``n`` Python processes running ``code``, each in a session of its own; killed on leaving."""
+def processes(code: str, n: int, wait_ready: bool = False, own_sessions: bool = True) -> Iterator[None]:
+    """``n`` Python processes running ``code``, each in a session of its own (or in this one); killed on leaving."""
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, start_new_session=True) for _ in range(n)]
+                              text=True, start_new_session=own_sessions) for _ in range(n)]
     try:
         if wait_ready:
             for p in procs:
@@ -97,8 +102,9 @@ def python_loop(stop: threading.Event) -> None:
 def load(name: str) -> Iterator[None]:
     cores = os.cpu_count() or 1
     with contextlib.ExitStack() as stack:
-        if name in ("cpu", "all"):
-            stack.enter_context(processes(BUSY, cores))
+        if name in ("cpu", "cpu_one_session", "cpu_niced", "all"):
+            stack.enter_context(processes(BUSY_NICED if name == "cpu_niced" else BUSY, cores,
+                                          own_sessions=name != "cpu_one_session"))
         if name in ("gpu_process", "all"):
             stack.enter_context(processes(GPU_PROCESS, 1, wait_ready=True))
         if name in ("gpu_thread", "gpu_thread_stream", "all"):
