@@ -152,7 +152,12 @@ def main() -> None:
     call()  # warm-up
     loads = [name for name in args.loads.split(",") if args.device.startswith("cuda") or name not in GPU_LOADS]
     rows = []
-    print(f"{args.shape} on {args.device}: {args.rows} rows x {args.prompt_len} + {args.new_tokens} tokens")
+    try:
+        autogroups = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        autogroups = False
+    print(f"{args.shape} on {args.device}: {args.rows} rows x {args.prompt_len} + {args.new_tokens} tokens; "
+          f"{os.cpu_count()} cores, scheduler autogroups {'on' if autogroups else 'off'}")
     print("| load | ms a decoding step | x none |\n| --- | --- | --- |")
     for name in loads:
         with load(name):
@@ -162,7 +167,8 @@ def main() -> None:
         print(f"| {name} | {ms:.1f} | {ms / base:.2f} |" if base else f"| {name} | {ms:.1f} | |", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "decode_under_load.json").write_text(json.dumps({**vars(args), "rows": rows}, indent=1))
+        (Path(args.out) / "decode_under_load.json").write_text(
+            json.dumps({**vars(args), "autogroups": autogroups, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
