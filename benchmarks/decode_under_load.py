@@ -168,7 +168,7 @@ def main() -> None:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "decode_under_load.json").write_text(
-            json.dumps({**vars(args), "autogroups": autogroups, "rows": rows}, indent=1))
+            json.dumps({**vars(args), "autogroups": autogroups, "results": rows}, indent=1))
 
 
 if __name__ == "__main__":
