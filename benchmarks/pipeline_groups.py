@@ -35,7 +35,6 @@ class SimPolicy:
 
     def __init__(self, call_s: float, rng: random.Random):
         self.call_s, self.rng, self.calls, self.n = call_s, rng, 0, 0
-        self.lock = threading.Lock()
 
     def count_tokens(self, text: str) -> int:
         return len(text)
