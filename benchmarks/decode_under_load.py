@@ -8,7 +8,9 @@ fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``
 - ``cpu``: one busy process per core, each in a session of its own (as the candidates' compilers run: with the
   kernel's autogroups on, each session shares the cores as one group, as the whole decoding process does), and
   ``cpu_one_session`` the same processes in this process's session (one group with it), and ``cpu_niced`` in sessions
-  of their own whose groups run at nice 10 (`kevin.sandbox.worker.channel.lower_priority`);
+  of their own whose groups run at nice 10 (each writes it to ``/proc/self/autogroup``; as root here: an ordinary
+  user may write one autogroup a tenth of a second, machine-wide, so most of these writes would fail, and then the
+  script stops);
 - ``gpu_process``: another process running matmuls on the same GPU (as a candidate's correctness run), so the two
   contexts are time-sliced;
 - ``gpu_thread``: a thread of the policy's own process comparing large float64 tensors on the GPU (as the parent
@@ -41,7 +43,7 @@ from typing import Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUSY = "while True: pass"
-BUSY_NICED = ("from kevin.sandbox.worker.channel import lower_priority\nlower_priority()\n"
+BUSY_NICED = ("with open('/proc/self/autogroup', 'w') as f:\n    f.write('10')\nprint('ready', flush=True)\n"
               "while True: pass")
 GPU_PROCESS = ("import torch\na = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda')\n"
                "print('ready', flush=True)\nwhile True:\n    c = a @ b\n    torch.cuda.synchronize()\n")
@@ -57,7 +59,8 @@ def processes(code: str, n: int, wait_ready: bool = False, own_sessions: bool = 
     try:
         if wait_ready:
             for p in procs:
-                assert p.stdout is not None and p.stdout.readline().strip() == "ready", "the load did not start"
+                if p.stdout is None or p.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a load process did not start (cpu_niced: its autogroup write was refused)")
         yield
     finally:
         for p in procs:
@@ -104,7 +107,7 @@ def load(name: str) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         if name in ("cpu", "cpu_one_session", "cpu_niced", "all"):
             stack.enter_context(processes(BUSY_NICED if name == "cpu_niced" else BUSY, cores,
-                                          own_sessions=name != "cpu_one_session"))
+                                          wait_ready=name == "cpu_niced", own_sessions=name != "cpu_one_session"))
         if name in ("gpu_process", "all"):
             stack.enter_context(processes(GPU_PROCESS, 1, wait_ready=True))
         if name in ("gpu_thread", "gpu_thread_stream", "all"):

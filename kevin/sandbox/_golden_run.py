@@ -18,7 +18,6 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from . import _process
 from .config import SandboxConfig
-from .worker.channel import CUDA_NICENESS
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,6 @@ def run_golden(
     job = {
         "mode": mode,
         "device": "cuda:0" if gpu is not None else "cpu",
-        "niceness": CUDA_NICENESS if gpu is not None else 0,  # as the candidates' (their timings compared)
         "seed": seed,
         "n_sets": config.n_input_sets,
         "train_mode": config.train_mode,

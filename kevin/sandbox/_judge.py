@@ -31,7 +31,6 @@ from . import _golden_run, _process, compare, feedback
 from kevin.sandbox.static import symbols as _symbols
 from .config import SandboxConfig
 from .result import EvalResult
-from .worker.channel import CUDA_NICENESS
 
 PHASE_TEXT = {
     "": "starting the sandbox process",
@@ -246,7 +245,6 @@ class CandidateRun:
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "launch_cover_us": config.launch_cover_us, "inventory": config.kernel_inventory, "train_mode": config.train_mode,
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
-            "niceness": CUDA_NICENESS if backend == "cuda" else 0,
         }
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}

@@ -252,29 +252,3 @@ def test_a_reused_verdict_given_before_the_second_timing_gets_the_faster_one(mon
 def test_recheck_baseline_speedup_must_be_positive():
     with pytest.raises(ValueError, match="recheck_baseline_speedup"):
         SandboxConfig(recheck_baseline_speedup=0.0)
-
-
-def test_the_golden_and_candidate_workers_of_a_cuda_sandbox_run_niced_and_a_cpu_ones_do_not(monkeypatch, tmp_path):
-    # the reference's timing and the candidates' run at the same niceness, so their timings stay comparable
-    from kevin.sandbox import _judge
-    from kevin.sandbox.worker.channel import CUDA_NICENESS
-
-    jobs = []
-
-    class Stop(Exception):
-        pass
-
-    def fake_worker(module, job, **kwargs):
-        jobs.append((module.rsplit(".", 1)[-1], job["niceness"]))
-        raise Stop
-
-    monkeypatch.setattr(_golden_run._process, "Worker", fake_worker)
-    for gpu in ("0", None):
-        with pytest.raises(Stop):
-            _golden_run.run_golden([("k", RELU_TASK.source)], root=str(tmp_path), gpu=gpu, config=SandboxConfig(),
-                                   seed=0)
-    for backend in ("cuda", "cpu"):
-        with pytest.raises(Stop):
-            _judge.CandidateRun("pass", backend=backend, config=SandboxConfig(), cache_dir=str(tmp_path),
-                                scratch_parent=str(tmp_path))
-    assert jobs == [("golden", CUDA_NICENESS), ("golden", 0), ("candidate", CUDA_NICENESS), ("candidate", 0)]

@@ -154,31 +154,9 @@ def reported_phase(exc: BaseException) -> str:
     return "unknown" if phase == "harness" and type(exc) is not HarnessWriteError else phase
 
 
-CUDA_NICENESS = 10
-"""The niceness of a CUDA sandbox's worker sessions (golden and candidate processes, and the compilers under them):
-the policy decodes in the training process beside them, one launch-bound thread, which the compilers of 16 sessions
-at equal weight slowed (benchmarks/decode_under_load.py). CPU workers keep 0: that rollout never decodes while
-kernels are judged, and a lowered timing would lose more to other load on the machine."""
-
-
-def lower_priority(niceness: int = CUDA_NICENESS) -> bool:
-    """Run this process's session at ``niceness`` against the machine's other sessions: with the kernel's
-    autogroups on, each session shares the cores as one group whatever its processes' own nice values, so a worker
-    in a session of its own (and its compilers) would weigh as much as the whole training process. Whether it was
-    set (no autogroups, or not permitted: False)."""
-    try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(int(niceness)))
-        return True
-    except OSError:
-        return False
-
-
 def run_main(main: Any) -> None:
     """Run ``main(job, channel)``; report an uncaught exception as an ``error`` event; exit 0."""
     job, channel = parse_argv(sys.argv)
-    if job.get("niceness"):
-        lower_priority(job["niceness"])
     try:
         main(job, channel)
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report

@@ -77,36 +77,3 @@ def test_a_mark_descriptor_pointed_elsewhere_by_dup2_is_not_stamped(wire):
     finally:
         for fd in (rep2_r, rep2_w, mark_fd):
             os.close(fd)
-
-
-AUTOGROUPS = os.path.exists("/proc/self/autogroup")
-_REPORT_AUTOGROUP = ("import sys\nfrom kevin.sandbox.worker import channel\n"
-                     "channel.run_main(lambda job, ch: ch.send('autogroup', line=open('/proc/self/autogroup').read()))")
-
-
-def _worker_autogroup(tmp_path, job: dict) -> str:
-    """A worker in a session of its own (as the sandbox starts them) with ``job``: its session's autogroup line."""
-    import subprocess
-    import sys
-
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    rep_r, rep_w = os.pipe()
-    cmd_r, cmd_w = os.pipe()
-    try:
-        subprocess.run([sys.executable, "-c", _REPORT_AUTOGROUP, str(tmp_path / "job.json"), str(rep_w), str(cmd_r)],
-                       pass_fds=(rep_w, cmd_r), start_new_session=True, timeout=60, check=True)
-        return json.loads(os.read(rep_r, 1000))["line"]
-    finally:
-        for fd in (rep_r, rep_w, cmd_r, cmd_w):
-            os.close(fd)
-
-
-@pytest.mark.skipif(not AUTOGROUPS, reason="the kernel has no scheduler autogroups")
-def test_a_worker_whose_job_names_a_niceness_runs_its_session_at_it(tmp_path):
-    # a CUDA sandbox's workers get CUDA_NICENESS, so their compilers yield to the policy decoding beside them
-    assert _worker_autogroup(tmp_path, {"niceness": 7}).split()[-2:] == ["nice", "7"]
-
-
-@pytest.mark.skipif(not AUTOGROUPS, reason="the kernel has no scheduler autogroups")
-def test_a_worker_whose_job_names_no_niceness_keeps_its_sessions_default(tmp_path):
-    assert _worker_autogroup(tmp_path, {}).split()[-2:] == ["nice", "0"]
