@@ -663,6 +663,7 @@ class _Pipeline:
         if self.bar is not None and min(self.next_turn) > self.bar.n:
             self.bar.update(min(self.next_turn) - self.bar.n)
         self.untold = True
+        self._tell()
 
     def _turns_done(self, c: int) -> int:
         """How many turns every row of group ``c`` has."""
