@@ -1,7 +1,7 @@
 """What slows the policy's decoding while the sandbox judges kernels: one load at a time, on one machine.
 
 In the pipelined loop a generate call of the medium starter took 13-23 ms a decoding step with the sandbox empty and
-59-114 ms while kernels were judged (benchmarks/README.md, "The loop on one GPU"). The sandbox then loads the machine
+32-95 ms while kernels were judged (benchmarks/README.md, "The loop on one GPU"). The sandbox then loads the machine
 in three ways at once; each is applied here alone, to a randomly initialised model of the same layout decoding a
 fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``):
 
