@@ -10,7 +10,9 @@ fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``
   ``cpu_one_session`` the same processes in this process's session (one group with it), and ``cpu_niced`` in sessions
   of their own whose groups run at nice 10 (each writes it to ``/proc/self/autogroup``; as root here: an ordinary
   user may write one autogroup a tenth of a second, machine-wide, so most of these writes would fail, and then the
-  script stops);
+  script stops); ``cpu_shared_session`` the same processes forked from one process in a session of their own, each
+  leading a process group (one autogroup together), and ``cpu_sandbox`` forked in this process's session at nice 10
+  (as a CUDA sandbox's workers run);
 - ``gpu_process``: another process running matmuls on the same GPU (as a candidate's correctness run), so the two
   contexts are time-sliced;
 - ``gpu_thread``: a thread of the policy's own process comparing large float64 tensors on the GPU (as the parent
@@ -47,7 +49,11 @@ BUSY_NICED = ("with open('/proc/self/autogroup', 'w') as f:\n    f.write('10')\n
               "while True: pass")
 GPU_PROCESS = ("import torch\na = torch.randn(4096, 4096, device='cuda'); b = torch.randn(4096, 4096, device='cuda')\n"
                "print('ready', flush=True)\nwhile True:\n    c = a @ b\n    torch.cuda.synchronize()\n")
-LOADS = ("none", "cpu", "cpu_one_session", "cpu_niced", "gpu_process", "gpu_thread", "gpu_thread_stream", "gil", "all")
+FORKED = ("import os\npids = []\nfor _ in range({n}):\n    pid = os.fork()\n    if pid == 0:\n"
+          "        os.setpgid(0, 0)\n        os.setpriority(os.PRIO_PROCESS, 0, {nice})\n        while True: pass\n"
+          "    pids.append(pid)\nprint(' '.join(map(str, pids)), flush=True)\nos.wait()\n")
+LOADS = ("none", "cpu", "cpu_one_session", "cpu_niced", "cpu_shared_session", "cpu_sandbox", "gpu_process",
+         "gpu_thread", "gpu_thread_stream", "gil", "all")
 GPU_LOADS = {"gpu_process", "gpu_thread", "gpu_thread_stream", "all"}
 
 
@@ -66,6 +72,25 @@ def processes(code: str, n: int, wait_ready: bool = False, own_sessions: bool = 
         for p in procs:
             p.kill()
             p.wait()
+
+
+@contextlib.contextmanager
+def forked(n: int, nice: int, own_session: bool) -> Iterator[None]:
+    """``n`` busy processes forked from one process, each leading its own group at ``nice``, all in a session of
+    their own or in this one; killed on leaving."""
+    holder = subprocess.Popen([sys.executable, "-c", FORKED.format(n=n, nice=nice)], stdout=subprocess.PIPE,
+                              text=True, start_new_session=own_session)
+    pids = [int(x) for x in (holder.stdout.readline() if holder.stdout else "").split()]
+    try:
+        if len(pids) != n:
+            raise RuntimeError("the forked load did not start")
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        holder.kill()
+        holder.wait()
 
 
 @contextlib.contextmanager
@@ -108,6 +133,8 @@ def load(name: str) -> Iterator[None]:
         if name in ("cpu", "cpu_one_session", "cpu_niced", "all"):
             stack.enter_context(processes(BUSY_NICED if name == "cpu_niced" else BUSY, cores,
                                           wait_ready=name == "cpu_niced", own_sessions=name != "cpu_one_session"))
+        if name in ("cpu_shared_session", "cpu_sandbox"):
+            stack.enter_context(forked(cores, 10 if name == "cpu_sandbox" else 0, name == "cpu_shared_session"))
         if name in ("gpu_process", "all"):
             stack.enter_context(processes(GPU_PROCESS, 1, wait_ready=True))
         if name in ("gpu_thread", "gpu_thread_stream", "all"):

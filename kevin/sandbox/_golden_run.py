@@ -84,6 +84,7 @@ def run_golden(
     n_rechecks: int | None = None,
     shared: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     alone: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+    zygote: _process.Zygote | None = None,
 ) -> dict[str, Golden]:
     """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
 
@@ -92,7 +93,9 @@ def run_golden(
     = the configured ``config.baseline``'s, ``meta["baseline_errors"]`` = {name: error} for any that failed.
     ``shared()`` is held while a task's reference runs and compiles, ``alone()`` while its baselines are timed
     (the Sandbox passes its device gate's shared and exclusive admissions); nothing while the process starts.
-    Time spent waiting for them does not count against ``config.golden_timeout_s``.
+    Time spent waiting for them does not count against ``config.golden_timeout_s``. With ``zygote`` the process
+    is forked from it, as the candidates are, so that the reference is timed where they are (the same session, at
+    the same niceness).
     """
     scratch = tempfile.mkdtemp(prefix="golden-", dir=root)
     specs = []
@@ -103,6 +106,7 @@ def run_golden(
     job = {
         "mode": mode,
         "device": "cuda:0" if gpu is not None else "cpu",
+        "niceness": _process.niceness("cuda" if gpu is not None else "cpu"),  # as the candidates' (timings compared)
         "seed": seed,
         "n_sets": config.n_input_sets,
         "train_mode": config.train_mode,
@@ -112,7 +116,8 @@ def run_golden(
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
     }
-    worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=scratch, env=worker_env(scratch, gpu), data_pipe=True)
+    worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=scratch, env=worker_env(scratch, gpu),
+                             zygote=zygote, data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))
     status: dict[str, str | None] = {}
     outputs: dict[str, dict[str, Any]] = {}

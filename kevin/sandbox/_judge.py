@@ -137,8 +137,8 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     and the live threads' run time): waiting for a core on a
     loaded host costs wall time and no CPU time, while work done anywhere in the process costs CPU time. A
     segment's figure is max(min(wall, cpu), wall / 2) (the CPU figure only when no other process shares the
-    candidate's session or has it as parent and no child was reaped in between: a helper process works off its
-    clock), so load can at most halve it. The check fails when every segment implies more than
+    candidate's session as its helper could (`_process.count_company`) and no child was reaped in between: a
+    helper process works off its clock), so load can at most halve it. The check fails when every segment implies more than
     ``max_wall_ratio * reported + 0.5 ms + 3 * noise``, where noise is the standard deviation of the null blocks'
     per-call times over the segments (how much the harness's own cost wandered on this host meanwhile): a forged
     timer shows in every segment, while a load spike that stretched some segments leaves another within bounds.
@@ -245,6 +245,7 @@ class CandidateRun:
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "launch_cover_us": config.launch_cover_us, "inventory": config.kernel_inventory, "train_mode": config.train_mode,
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
+            "niceness": _process.niceness(backend),
         }
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}

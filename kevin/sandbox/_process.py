@@ -52,7 +52,7 @@ def scrubbed_env(scratch: str, extra: Mapping[str, str] | None = None) -> dict[s
 CPU_CLOCKED = ("timing_begin", "null", "calls", "end", "timing_end")
 """Report lines on whose arrival the parent also reads the worker's CPU clock (`cpu_clock`)."""
 COMPANY_COUNTED = ("timing_begin", "timing_end")
-"""... and scans /proc for other processes in its session (the scan takes milliseconds: not on every mark)."""
+"""... and scans /proc for processes that may work for it (the scan takes milliseconds: not on every mark)."""
 
 
 class CpuClock(NamedTuple):
@@ -65,7 +65,7 @@ class CpuClock(NamedTuple):
     reaped: float
     """user + system seconds of the children it has waited for"""
     company: int
-    """other processes in its session or with it as parent (work there is not on its clock); -1 = not counted"""
+    """processes that may work for it off its clock (`count_company`); -1 = not counted"""
     threads: int | None = None
     """its native threads (entries of /proc/<pid>/task); None when they could not be counted"""
     process: float | None = None
@@ -108,17 +108,49 @@ def cpu_clock(pid: int, company: bool = True) -> CpuClock | None:
         live_s = None
     if not company:
         return CpuClock(ticks, live_s, reaped, -1, threads, process)
-    company = 0
+    table: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == pid:
+        if entry.isdigit():
+            try:
+                other = _stat_fields(entry)
+                table[int(entry)] = (int(other[1]), int(other[3]))  # parent (field 4), session (field 6)
+            except (OSError, ValueError, IndexError):
+                continue  # exited meanwhile
+    return CpuClock(ticks, live_s, reaped, count_company(table, pid, int(session)), threads, process)
+
+
+def count_company(table: Mapping[int, tuple[int, int]], pid: int, session: int) -> int:
+    """How many processes of ``table`` (pid -> (parent, session)) may work for worker ``pid`` off its CPU clock.
+
+    Its descendants, and the orphans of its session: a worker shares the training process's session with it and with
+    the other workers and their compilers, whose line of parents reaches the session's leader without passing
+    through ``pid``; a process whose line passes through ``pid``, or ends at init first (its parent exited), may be
+    its helper. A worker that leads its own session has every other process of it counted.
+    """
+    count = 0
+    for other, (parent, other_session) in table.items():
+        if other == pid or other == session:
             continue
-        try:
-            other = _stat_fields(entry)
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-        if other[1] == str(pid) or other[3] == session:  # parent (field 4), session (field 6)
-            company += 1
-    return CpuClock(ticks, live_s, reaped, company, threads, process)
+        if parent == pid:
+            count += 1
+        elif other_session == session and not _descends_from_sibling(table, other, pid, session):
+            count += 1
+    return count
+
+
+def _descends_from_sibling(table: Mapping[int, tuple[int, int]], start: int, pid: int, leader: int) -> bool:
+    """Whether ``start``'s line of parents reaches ``leader`` without passing through ``pid`` or init."""
+    at = start
+    for _ in range(64):  # deeper than any compiler chain
+        parent = table.get(at, (0, 0))[0]
+        if parent == pid:
+            return False
+        if parent == leader:
+            return True
+        if parent <= 1:
+            return False
+        at = parent
+    return False
 
 
 @dataclass(frozen=True)
@@ -211,6 +243,22 @@ class MarkStamps:
         self.stamps.append(MarkStamp(str(data["event"]), int(data["index"]), got[1]))
 
 
+OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+"""``Popen`` arguments for a worker: a process group of its own (a kill reaches its compilers) in this process's
+session. A session of its own would be a scheduler autogroup of its own, which Linux weighs as much as the whole
+training process whatever its niceness: 16 compiling workers would outweigh a decoding policy 16 to 1."""
+
+CUDA_NICENESS = 10
+"""The nice value of a CUDA sandbox's workers (candidates and golden runs alike: their timings are compared). A
+policy decoding beside them is one launch-bound thread that needs a core whenever it asks; the compilers under the
+workers take the cores it leaves. The CPU backend's workers keep 0: its timings measure the cores themselves."""
+
+
+def niceness(backend: str) -> int:
+    """The nice value a sandbox worker of ``backend`` ("cuda" or "cpu") runs at."""
+    return CUDA_NICENESS if backend == "cuda" else 0
+
+
 SPAWN_TIMEOUT_S = 15.0
 """How long a spawn waits for the zygote's answer before retiring it."""
 
@@ -223,7 +271,7 @@ class Zygote:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kevin.sandbox.worker.zygote", str(child.fileno())], cwd=scratch, env=dict(env),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(child.fileno(),), close_fds=True, start_new_session=True,
+            pass_fds=(child.fileno(),), close_fds=True, **OWN_GROUP,
         )
         child.close()
         self.sock = parent
@@ -258,9 +306,12 @@ class Zygote:
             self._cond.notify_all()
         self._replies.put(-1)
 
-    def spawn(self, job_path: str, cwd: str, env: Mapping[str, str], fds: tuple[int, ...]) -> "ForkedProcess":
-        req = {"job": job_path, "cwd": cwd, "env": dict(env), "stdout": os.path.join(cwd, "stdout.log"),
-               "stderr": os.path.join(cwd, "stderr.log")}
+    def spawn(self, module: str, job_path: str, cwd: str, env: Mapping[str, str], fds: tuple[int, ...],
+              extra: tuple[str, ...] = ()) -> "ForkedProcess":
+        """Fork a worker running ``module`` ("candidate" or "golden") with the report and command pipes ``fds[:2]``
+        and one more fd per name in ``extra`` ("data", "marks")."""
+        req = {"module": module, "job": job_path, "cwd": cwd, "env": dict(env), "extra": list(extra),
+               "stdout": os.path.join(cwd, "stdout.log"), "stderr": os.path.join(cwd, "stderr.log")}
         with self._lock:
             if not self.alive:
                 raise RuntimeError("the zygote is gone")
@@ -330,8 +381,9 @@ class ForkedProcess:
 class Worker:
     """A running worker: ``python -m module job.json REPORT_FD COMMAND_FD`` in ``scratch``.
 
-    With a `Zygote` (candidate processes only) the process is a fork of it instead of a new interpreter. With
-    ``marks`` (candidates) it also gets the sending end of a mark socket, whose stamps `stamps` gives.
+    With a `Zygote` the process is a fork of it instead of a new interpreter; either way it leads a process group of
+    its own in this process's session (`OWN_GROUP`). With ``marks`` (candidates) it also gets the sending end of a
+    mark socket, whose stamps `stamps` gives.
     """
 
     def __init__(self, module: str, job: Mapping[str, Any], *, scratch: str, env: Mapping[str, str] | None = None,
@@ -351,26 +403,29 @@ class Worker:
         self.marks, mark_w = (MarkStamps(pair[0]), pair[1]) if pair is not None else (None, None)
         mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
         self.proc: Any = None
+        self.data = None
+        data_r, data_w = os.pipe() if data_pipe else (None, None)  # worker -> parent (golden outputs: never on disk)
         if zygote is not None:
+            extra = (("data",) if data_w is not None else ()) + (("marks",) if mark_fds else ())
+            fds = (rep_w, cmd_r, *(() if data_w is None else (data_w,)), *mark_fds)
             try:
-                self.proc = zygote.spawn(job_path, scratch, env, (rep_w, cmd_r, *mark_fds))
+                self.proc = zygote.spawn(module.rsplit(".", 1)[-1], job_path, scratch, env, fds, extra)
             except (RuntimeError, OSError, queue.Empty):
                 self.proc = None
                 # a child forked after all (a late zygote) must not share the pipes of the new interpreter
-                for fd in (rep_r, rep_w, cmd_r, cmd_w):
+                for fd in (rep_r, rep_w, cmd_r, cmd_w) + (() if data_r is None else (data_r, data_w)):
                     os.close(fd)
                 rep_r, rep_w = os.pipe()
                 cmd_r, cmd_w = os.pipe()
+                data_r, data_w = os.pipe() if data_pipe else (None, None)
                 if pair is not None:
                     for sock in pair:
                         sock.close()
                     pair = _mark_socket()
                     self.marks, mark_w = (MarkStamps(pair[0]), pair[1]) if pair is not None else (None, None)
                     mark_fds = (mark_w.fileno(),) if mark_w is not None else ()
-        self.data = None
         data_fds: tuple[int, ...] = ()
-        if data_pipe:  # a binary pipe worker -> parent (golden outputs: never written to disk)
-            data_r, data_w = os.pipe()
+        if data_r is not None:
             self.data = os.fdopen(data_r, "rb")
             data_fds = (data_w,)
         try:
@@ -379,7 +434,7 @@ class Worker:
                     [sys.executable, "-m", module, job_path, str(rep_w), str(cmd_r),
                      *(f"data={fd}" for fd in data_fds), *(f"marks={fd}" for fd in mark_fds)],
                     cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-                    pass_fds=(rep_w, cmd_r, *data_fds, *mark_fds), close_fds=True, start_new_session=True,
+                    pass_fds=(rep_w, cmd_r, *data_fds, *mark_fds), close_fds=True, **OWN_GROUP,
                 )
         except BaseException:  # nothing of this worker may outlive it
             for fd in (rep_r, rep_w, cmd_r, cmd_w, *data_fds):

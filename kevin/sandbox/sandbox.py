@@ -419,7 +419,7 @@ class _PausableHold:
 
 
 def wait_for_group(pid: int, timeout_s: float = 5.0) -> None:
-    """Wait until ``pid`` leads its own process group (a forked worker calls ``setsid`` only after the fork server
+    """Wait until ``pid`` leads its own process group (a forked worker calls ``setpgid`` only after the fork server
     reported its pid), so that a signal to the group reaches it; returns early if the process is gone."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -873,7 +873,7 @@ class Sandbox:
                                       zygote=zygote, deadline=state.deadline, scratch_parent=self._root)
             try:
                 if run.worker.proc is not None:  # a cancel signals the worker's group: it must lead one first
-                    wait_for_group(run.worker.proc.pid)  # the candidate's own session: its compilers are below it
+                    wait_for_group(run.worker.proc.pid)  # the candidate's own group: its compilers are below it
             except BaseException:
                 run.close()
                 raise
@@ -1011,7 +1011,7 @@ class Sandbox:
         alone = functools.partial(gate.exclusive, priority=float("-inf"))  # as `_compute_golden`'s: before candidates
         fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
                                        seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0,
-                                       shared=gate.shared, alone=alone)["b"]
+                                       shared=gate.shared, alone=alone, zygote=self._get_zygote())["b"]
         if fresh.inputs_path:
             shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
         return _baseline_summaries(fresh.meta) if fresh.error is None else {}
@@ -1098,6 +1098,7 @@ class Sandbox:
             [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
             baseline_keys=frozenset({key}) if need_baseline else frozenset(), shared=gate.shared,
             alone=functools.partial(gate.exclusive, priority=float("-inf")),  # a task's candidates all wait for it
+            zygote=self._get_zygote(),
         )[key]
 
 

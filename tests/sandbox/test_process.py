@@ -101,3 +101,97 @@ def test_a_process_out_of_descriptors_gets_no_mark_socket_rather_than_an_error(m
 
     monkeypatch.setattr(_process.socket, "socketpair", no_descriptors)
     assert _process._mark_socket() is None
+
+
+# count_company: table = pid -> (parent, session). A shell (100) leads the session of the trainer (150), whose zygote
+# (160) forked the workers: candidate 200, sibling 300 (whose ninja 301 runs compiler 302).
+ZYGOTE_SESSION = {
+    100: (1, 100), 150: (100, 100), 160: (150, 100), 200: (160, 100), 300: (160, 100), 301: (300, 100),
+    302: (301, 100), 900: (1, 900),  # another session
+}
+
+
+def test_a_forked_workers_siblings_and_their_compilers_are_not_its_company():
+    # 100 leads; 150, 160 and 300-302 reach it without passing through 200: 0 counted
+    assert _process.count_company(ZYGOTE_SESSION, 200, 100) == 0
+
+
+def test_a_helper_below_a_forked_worker_is_its_company():
+    # helper 201 (its child) and 202 (the helper's child): 2 counted, the siblings still not
+    table = {**ZYGOTE_SESSION, 201: (200, 100), 202: (201, 100)}
+    assert _process.count_company(table, 200, 100) == 2
+
+
+def test_an_orphan_in_the_zygotes_session_is_company():
+    # a helper whose parent exited was adopted by init: it descends from no worker, so it may be anyone's
+    table = {**ZYGOTE_SESSION, 400: (1, 100)}
+    assert _process.count_company(table, 200, 100) == 1
+
+
+def test_a_child_in_another_session_is_company():
+    # a child that left the session (setsid) still has the worker as its parent
+    table = {**ZYGOTE_SESSION, 203: (200, 203)}
+    assert _process.count_company(table, 200, 100) == 1
+
+
+def test_a_worker_leading_its_own_session_counts_every_other_process_of_it():
+    # fresh-interpreter worker 500: child 501, grandchild 502, orphan 503 of its session; 900 is elsewhere: 3
+    table = {500: (900, 500), 501: (500, 500), 502: (501, 500), 503: (1, 500), 900: (1, 900)}
+    assert _process.count_company(table, 500, 500) == 3
+
+
+def _stat(pid: int) -> tuple[int, int, int]:
+    """(process group, session, nice) of ``pid`` from /proc (fields 5, 6 and 19)."""
+    fields = _process._stat_fields(pid)
+    return int(fields[2]), int(fields[3]), int(fields[16])
+
+
+def _golden_job(scratch) -> dict:
+    """A golden job for an identity task on the CPU at the CUDA workers' niceness; its output dir made."""
+    task = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+            "def get_inputs():\n    return [torch.ones(2)]\ndef get_init_inputs():\n    return []\n")
+    (scratch / "t").mkdir()
+    return {"mode": "golden", "device": "cpu", "niceness": _process.CUDA_NICENESS, "seed": 0, "n_sets": 1,
+            "train_mode": False, "n_rechecks": 0, "baselines": [], "timing": {},
+            "tasks": [{"key": "t", "source": task, "out_dir": str(scratch / "t"), "baseline": False}]}
+
+
+def test_a_worker_forked_from_the_zygote_leads_its_group_in_this_session_at_its_niceness(tmp_path):
+    # the golden module on the CPU, with the CUDA workers' niceness: it asks for the device and waits, so it can be
+    # looked at alive; its group is its own (a kill reaches its compilers), its session this one (where its nice
+    # holds against this process: a session of its own would be an autogroup of its own)
+    import time
+
+    from kevin.sandbox.sandbox import wait_for_group
+
+    zygote_dir, work = tmp_path / "zygote", tmp_path / "golden"
+    zygote_dir.mkdir()
+    work.mkdir()
+    zygote = _process.Zygote(str(zygote_dir), _process.scrubbed_env(str(zygote_dir)))
+    job = _golden_job(work)
+    worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=str(work), zygote=zygote, data_pipe=True)
+    try:
+        assert isinstance(worker.proc, _process.ForkedProcess)
+        assert worker.wait_for(("need_device",), time.monotonic() + 60) is not None, worker.log_tail()
+        wait_for_group(worker.proc.pid)
+        group, session, nice = _stat(worker.proc.pid)
+        assert (group, session, nice) == (worker.proc.pid, os.getsid(0), _process.CUDA_NICENESS)
+    finally:
+        worker.kill()
+        zygote.close()
+
+
+def test_a_fresh_interpreter_worker_leads_its_group_in_this_session_at_its_niceness(tmp_path):
+    # the same without the zygote (prefork=False, or a zygote that failed)
+    import time
+
+    from kevin.sandbox.sandbox import wait_for_group
+
+    job = _golden_job(tmp_path)
+    worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=str(tmp_path), data_pipe=True)
+    try:
+        assert worker.wait_for(("need_device",), time.monotonic() + 60) is not None, worker.log_tail()
+        wait_for_group(worker.proc.pid)
+        assert _stat(worker.proc.pid) == (worker.proc.pid, os.getsid(0), _process.CUDA_NICENESS)
+    finally:
+        worker.kill()

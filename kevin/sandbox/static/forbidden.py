@@ -149,14 +149,20 @@ PROCESSES = Family(
 
 SOCKETS = Family(
     "sockets", "sockets, descriptors, ptrace and limits",
-    "sockets, duplicating file descriptors, tracing other processes and changing process limits are not allowed",
+    "sockets, duplicating file descriptors, tracing other processes and changing process limits, groups or "
+    "priorities are not allowed",
     # The network, the memory of other processes (the parent's golden outputs), the limits the sandbox set, and the
     # worker's own descriptors: a copy of the mark socket kept with dup while dup2 points the harness's descriptor
-    # elsewhere would let a kernel send the wall check's marks at times of its choosing. Honest builds import none
+    # elsewhere would let a kernel send the wall check's marks at times of its choosing. A new process group or
+    # session would leave the group that timings stop and kills reach; a lower nice value or another scheduling
+    # policy would time the kernel ahead of the compilers the reference was timed beside. Honest builds import none
     # of these (benchmarks/results/sandbox_h200_cuda_symbols.txt: of libc's, only ioctl and close).
     apis=(
         Api("socket", scan=CALL), Api("connect", scan=CALL), Api("ptrace"), Api("process_vm_readv"),
         Api("process_vm_writev"), Api("prctl"), Api("setrlimit"),
+        Api("setsid", scan=CALL), Api("setpgid", scan=CALL), Api("setpgrp", scan=CALL),
+        Api("setpriority", scan=CALL), Api("nice", scan=CALL), Api("sched_setscheduler"), Api("sched_setparam"),
+        Api("sched_setattr"),
         Api("dup", scan=CALL), Api("dup2"), Api("dup3"), Api("fcntl"), Api("socketpair"), Api("sendmsg"),
         Api("recvmsg"), Api("sendto"), Api("setsockopt"),
         Api("send", scan=None, note="symbols only: the text cannot tell it from a method or function named send"),

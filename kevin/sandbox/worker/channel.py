@@ -8,6 +8,7 @@ timing marks also go, just before, as datagrams on ``marks``, which the kernel s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -154,10 +155,24 @@ def reported_phase(exc: BaseException) -> str:
     return "unknown" if phase == "harness" and type(exc) is not HarnessWriteError else phase
 
 
+def lower_priority(niceness: int) -> None:
+    """Raise this process's nice value to ``niceness`` (inherited by the compilers it starts); never lowers it.
+
+    Where the scheduler has no autogroups (or the sandbox's workers run in sessions of their own), this is what
+    leaves a policy decoding beside the sandbox the cores it wants. An unprivileged process cannot lower its nice
+    value again, so a candidate keeps the niceness the reference was timed at.
+    """
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:  # nice is per thread
+        with contextlib.suppress(ProcessLookupError):
+            if niceness > os.getpriority(os.PRIO_PROCESS, int(tid)):
+                os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
+
+
 def run_main(main: Any) -> None:
     """Run ``main(job, channel)``; report an uncaught exception as an ``error`` event; exit 0."""
     job, channel = parse_argv(sys.argv)
     try:
+        lower_priority(int(job.get("niceness", 0)))
         main(job, channel)
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises becomes a report
         try:

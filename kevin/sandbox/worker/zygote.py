@@ -1,18 +1,24 @@
-"""A fork server for candidate processes: torch imported once, one fresh fork per candidate.
+"""A fork server for sandbox workers: torch imported once, one fresh fork per candidate or golden run.
 
-Starting Python and importing torch costs seconds per candidate (more with a CUDA build of torch); a fork
-costs milliseconds. The zygote is started by the parent with a scrubbed environment, imports torch and the
-candidate worker, and never initialises CUDA, never sees a task, an input or a seed. For every candidate it
-forks a child that starts a new session (its own process group), closes the zygote's socket, takes the
-candidate's environment, scratch directory, log files and private pipes (passed as file descriptors over
-the socket), and runs `kevin.sandbox.worker.candidate` exactly as a freshly spawned process would. The child
-inherits nothing of other candidates: each fork starts from the zygote's clean state.
+Starting Python and importing torch costs seconds per process (more with a CUDA build of torch); a fork costs
+milliseconds. The zygote is started by the parent in a group of its own with a scrubbed environment, imports torch
+and the workers, and never initialises CUDA, never sees a task, an input or a seed. For every request it forks a
+child that leads a process group of its own, closes the zygote's socket, takes the request's environment, scratch
+directory, log files and private pipes (passed as file descriptors over the socket), and runs the worker module
+(`kevin.sandbox.worker.candidate` or `kevin.sandbox.worker.golden`) exactly as a freshly spawned process would. The
+child inherits nothing of other candidates: each fork starts from the zygote's clean state.
 
-Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"job", "cwd", "env", "stdout", "stderr"}`` with two
-or three fds (report pipe write end, command pipe read end, the mark socket's sending end); the zygote answers
-``{"pid": ...}``, and later ``{"exit": pid, "code": ...}`` (``code`` as ``Popen.returncode``: negative for a
-signal) when it reaps it. The child calls ``setsid`` after the pid went out: wait for it to lead its group before
-signalling the group (``kevin.sandbox.sandbox.wait_for_group``).
+Every child stays in the training process's session: with Linux's scheduler autogroups on, a session of its own
+would share the cores as one group, weighed as much as the whole training process whatever its niceness, while in
+one session the workers' nice value (`kevin.sandbox._process.CUDA_NICENESS`) leaves a policy decoding beside them
+the core it needs. A child cannot leave the session (``setsid`` fails for a group leader; the static rules forbid
+process and group calls).
+
+Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"module", "job", "cwd", "env", "stdout", "stderr", "extra"}``
+with the report pipe's write end, the command pipe's read end and one fd per name in ``extra`` (``"data"``,
+``"marks"``); the zygote answers ``{"pid": ...}``, and later ``{"exit": pid, "code": ...}`` (``code`` as
+``Popen.returncode``: negative for a signal) when it reaps it. The child leads its group only after the pid went
+out: wait for it (``kevin.sandbox.sandbox.wait_for_group``) before signalling the group.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ import sys
 import tempfile
 
 
+MODULES = {"candidate": "kevin.sandbox.worker.candidate", "golden": "kevin.sandbox.worker.golden"}
+"""The worker modules a request may name."""
+
+
 def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
     try:
-        os.setsid()
+        os.setpgid(0, 0)
         sock.close()
         os.chdir(req["cwd"])
         os.environ.clear()
@@ -42,12 +52,15 @@ def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
             os.close(fd)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        report_fd, command_fd, *marks = fds
-        sys.argv = ["kevin.sandbox.worker.candidate", req["job"], str(report_fd), str(command_fd),
-                    *(f"marks={fd}" for fd in marks[:1])]
-        from kevin.sandbox.worker import candidate as _candidate, channel as _worker
+        report_fd, command_fd, *extra = fds
+        module = MODULES[req["module"]]
+        sys.argv = [module, req["job"], str(report_fd), str(command_fd),
+                    *(f"{name}={fd}" for name, fd in zip(req.get("extra", ()), extra) if name in ("data", "marks"))]
+        import importlib
 
-        _worker.run_main(_candidate.main)
+        from kevin.sandbox.worker import channel as _worker
+
+        _worker.run_main(importlib.import_module(module).main)
     finally:
         os._exit(70)
 
@@ -68,7 +81,7 @@ def serve(sock: socket.socket) -> None:
             sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
         if not readable:
             continue
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
         if not msg:
             return
         req = json.loads(msg)
@@ -109,6 +122,7 @@ def preload() -> list[str]:
         import torch.utils.cpp_extension  # noqa: F401
 
         from kevin.sandbox.worker import candidate as _candidate, guards as _guards, inventory as _inventory, timing  # noqa: F401
+        from kevin.sandbox.worker import golden as _golden  # noqa: F401
         from kevin.sandbox.build import extension as _extension  # noqa: F401
 
         _candidate.warm_up_dispatch_mode()  # imports torch._dynamo once here instead of in every child

@@ -248,3 +248,24 @@ def test_honest_imports_pass_the_symbol_check(monkeypatch):
               "GOMP_parallel", "omp_get_num_threads", "omp_get_thread_num"]
     assert _imports(monkeypatch, honest, "cuda") == []
     assert _imports(monkeypatch, [s for s in honest if s not in HONEST_CUDA], "cpu") == []
+
+
+# Leaving the process group (which timings stop and kills reach), or raising the kernel's priority above the
+# compilers the reference was timed beside.
+GROUP_AND_PRIORITY = ["setsid", "setpgid", "setpgrp", "setpriority", "nice", "sched_setscheduler", "sched_setparam",
+                      "sched_setattr"]
+
+
+@pytest.mark.parametrize("name", GROUP_AND_PRIORITY)
+def test_the_source_scan_rejects_leaving_the_group_or_raising_the_priority(name):
+    assert has(_cpu(f"{name}(0, 0);"), forbidden.SOCKETS.reason)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+@pytest.mark.parametrize("name", GROUP_AND_PRIORITY)
+def test_the_symbol_check_rejects_leaving_the_group_or_raising_the_priority(monkeypatch, backend, name):
+    assert len(_imports(monkeypatch, [name], backend)) == 1
+
+
+def test_a_variable_named_nice_is_not_a_call():
+    assert _cpu("float nice = 1.0f; (void)nice;") == []
