@@ -116,36 +116,44 @@ def cpu_clock(pid: int, company: bool = True) -> CpuClock | None:
                 table[int(entry)] = (int(other[1]), int(other[3]))  # parent (field 4), session (field 6)
             except (OSError, ValueError, IndexError):
                 continue  # exited meanwhile
-    return CpuClock(ticks, live_s, reaped, count_company(table, pid, int(session)), threads, process)
+    return CpuClock(ticks, live_s, reaped, count_company(table, pid, int(session), os.getpid()), threads, process)
 
 
-def count_company(table: Mapping[int, tuple[int, int]], pid: int, session: int) -> int:
+def count_company(table: Mapping[int, tuple[int, int]], pid: int, session: int, sandbox: int) -> int:
     """How many processes of ``table`` (pid -> (parent, session)) may work for worker ``pid`` off its CPU clock.
 
-    Its descendants, and the orphans of its session: a worker shares the training process's session with it and with
-    the other workers and their compilers, whose line of parents reaches the session's leader without passing
-    through ``pid``; a process whose line passes through ``pid``, or ends at init first (its parent exited), may be
-    its helper. A worker that leads its own session has every other process of it counted.
+    Its descendants, and the orphans of its session. A worker shares the session of the sandbox's own process
+    (``sandbox``) with it, with the other workers and their compilers, and with the processes above it: their line of
+    parents reaches ``sandbox``, one of its ancestors or the session's leader without passing through ``pid``. A
+    process whose line passes through ``pid``, or ends at init first (its parent exited), may be its helper. A worker
+    that leads its own session has every other process of it counted.
     """
+    known = {session}  # the leader, the sandbox's process and its ancestors: whatever descends from them is not pid's
+    at = sandbox
+    for _ in range(64):
+        if at <= 1 or at in known:
+            break
+        known.add(at)
+        at = table.get(at, (0, 0))[0]
     count = 0
     for other, (parent, other_session) in table.items():
-        if other == pid or other == session:
+        if other == pid or other in known:
             continue
         if parent == pid:
             count += 1
-        elif other_session == session and not _descends_from_sibling(table, other, pid, session):
+        elif other_session == session and not _reaches(table, other, pid, known):
             count += 1
     return count
 
 
-def _descends_from_sibling(table: Mapping[int, tuple[int, int]], start: int, pid: int, leader: int) -> bool:
-    """Whether ``start``'s line of parents reaches ``leader`` without passing through ``pid`` or init."""
+def _reaches(table: Mapping[int, tuple[int, int]], start: int, pid: int, known: set[int]) -> bool:
+    """Whether ``start``'s line of parents reaches a process of ``known`` without passing through ``pid`` or init."""
     at = start
     for _ in range(64):  # deeper than any compiler chain
         parent = table.get(at, (0, 0))[0]
         if parent == pid:
             return False
-        if parent == leader:
+        if parent in known:
             return True
         if parent <= 1:
             return False
@@ -243,7 +251,7 @@ class MarkStamps:
         self.stamps.append(MarkStamp(str(data["event"]), int(data["index"]), got[1]))
 
 
-OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 """``Popen`` arguments for a worker: a process group of its own (a kill reaches its compilers) in this process's
 session. A session of its own would be a scheduler autogroup of its own, which Linux weighs as much as the whole
 training process whatever its niceness: 16 compiling workers would outweigh a decoding policy 16 to 1."""

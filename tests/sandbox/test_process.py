@@ -103,8 +103,8 @@ def test_a_process_out_of_descriptors_gets_no_mark_socket_rather_than_an_error(m
     assert _process._mark_socket() is None
 
 
-# count_company: table = pid -> (parent, session). A shell (100) leads the session of the trainer (150), whose zygote
-# (160) forked the workers: candidate 200, sibling 300 (whose ninja 301 runs compiler 302).
+# count_company: table = pid -> (parent, session). A shell (100) leads the session of the trainer (150, the sandbox's
+# own process), whose zygote (160) forked the workers: candidate 200, sibling 300 (whose ninja 301 runs compiler 302).
 ZYGOTE_SESSION = {
     100: (1, 100), 150: (100, 100), 160: (150, 100), 200: (160, 100), 300: (160, 100), 301: (300, 100),
     302: (301, 100), 900: (1, 900),  # another session
@@ -113,31 +113,39 @@ ZYGOTE_SESSION = {
 
 def test_a_forked_workers_siblings_and_their_compilers_are_not_its_company():
     # 100 leads; 150, 160 and 300-302 reach it without passing through 200: 0 counted
-    assert _process.count_company(ZYGOTE_SESSION, 200, 100) == 0
+    assert _process.count_company(ZYGOTE_SESSION, 200, 100, 150) == 0
 
 
 def test_a_helper_below_a_forked_worker_is_its_company():
     # helper 201 (its child) and 202 (the helper's child): 2 counted, the siblings still not
     table = {**ZYGOTE_SESSION, 201: (200, 100), 202: (201, 100)}
-    assert _process.count_company(table, 200, 100) == 2
+    assert _process.count_company(table, 200, 100, 150) == 2
 
 
 def test_an_orphan_in_the_zygotes_session_is_company():
     # a helper whose parent exited was adopted by init: it descends from no worker, so it may be anyone's
     table = {**ZYGOTE_SESSION, 400: (1, 100)}
-    assert _process.count_company(table, 200, 100) == 1
+    assert _process.count_company(table, 200, 100, 150) == 1
 
 
 def test_a_child_in_another_session_is_company():
     # a child that left the session (setsid) still has the worker as its parent
     table = {**ZYGOTE_SESSION, 203: (200, 203)}
-    assert _process.count_company(table, 200, 100) == 1
+    assert _process.count_company(table, 200, 100, 150) == 1
+
+
+def test_a_forked_workers_siblings_are_not_its_company_when_the_sessions_leader_is_gone():
+    # the shell exited (nohup): the trainer 150 was adopted by init, so no line reaches the leader 100; they reach
+    # the sandbox's own process 150 instead: 0 counted
+    table = {pid: (1 if pid == 150 else parent, session) for pid, (parent, session) in ZYGOTE_SESSION.items()
+             if pid != 100}
+    assert _process.count_company(table, 200, 100, 150) == 0
 
 
 def test_a_worker_leading_its_own_session_counts_every_other_process_of_it():
     # fresh-interpreter worker 500: child 501, grandchild 502, orphan 503 of its session; 900 is elsewhere: 3
     table = {500: (900, 500), 501: (500, 500), 502: (501, 500), 503: (1, 500), 900: (1, 900)}
-    assert _process.count_company(table, 500, 500) == 3
+    assert _process.count_company(table, 500, 500, 900) == 3
 
 
 def _stat(pid: int) -> tuple[int, int, int]:

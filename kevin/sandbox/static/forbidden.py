@@ -162,7 +162,7 @@ SOCKETS = Family(
         Api("process_vm_writev"), Api("prctl"), Api("setrlimit"),
         Api("setsid", scan=CALL), Api("setpgid", scan=CALL), Api("setpgrp", scan=CALL),
         Api("setpriority", scan=CALL), Api("nice", scan=CALL), Api("sched_setscheduler"), Api("sched_setparam"),
-        Api("sched_setattr"),
+        Api("sched_setattr"), Api("pthread_setschedparam"), Api("pthread_setschedprio"),
         Api("dup", scan=CALL), Api("dup2"), Api("dup3"), Api("fcntl"), Api("socketpair"), Api("sendmsg"),
         Api("recvmsg"), Api("sendto"), Api("setsockopt"),
         Api("send", scan=None, note="symbols only: the text cannot tell it from a method or function named send"),

@@ -158,8 +158,8 @@ def reported_phase(exc: BaseException) -> str:
 def lower_priority(niceness: int) -> None:
     """Raise this process's nice value to ``niceness`` (inherited by the compilers it starts); never lowers it.
 
-    Where the scheduler has no autogroups (or the sandbox's workers run in sessions of their own), this is what
-    leaves a policy decoding beside the sandbox the cores it wants. An unprivileged process cannot lower its nice
+    With the workers in the training process's session (one scheduler autogroup, or none), this is what leaves a
+    policy decoding beside the sandbox the cores it wants. An unprivileged process cannot lower its nice
     value again, so a candidate keeps the niceness the reference was timed at.
     """
     for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:  # nice is per thread

@@ -23,6 +23,7 @@ out: wait for it (``kevin.sandbox.sandbox.wait_for_group``) before signalling th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -52,6 +53,8 @@ def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
             os.close(fd)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        # should the zygote die while this group is stopped (a timing's pause), the kernel hangs up the orphaned group
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         report_fd, command_fd, *extra = fds
         module = MODULES[req["module"]]
         sys.argv = [module, req["job"], str(report_fd), str(command_fd),
@@ -88,6 +91,8 @@ def serve(sock: socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             _child(req, list(fds), sock)
+        with contextlib.suppress(OSError):  # as the child does: its group exists before its pid goes out
+            os.setpgid(pid, pid)
         for fd in fds:
             os.close(fd)
         children.add(pid)

@@ -253,7 +253,7 @@ def test_honest_imports_pass_the_symbol_check(monkeypatch):
 # Leaving the process group (which timings stop and kills reach), or raising the kernel's priority above the
 # compilers the reference was timed beside.
 GROUP_AND_PRIORITY = ["setsid", "setpgid", "setpgrp", "setpriority", "nice", "sched_setscheduler", "sched_setparam",
-                      "sched_setattr"]
+                      "sched_setattr", "pthread_setschedparam", "pthread_setschedprio"]
 
 
 @pytest.mark.parametrize("name", GROUP_AND_PRIORITY)
