@@ -138,9 +138,9 @@ def wall_check(messages: Sequence[_process.Message], reported_ms: float, n_calls
     loaded host costs wall time and no CPU time, while work done anywhere in the process costs CPU time. A
     segment's figure is max(min(wall, cpu), wall / 2) (the CPU figure only when no other process shares the
     candidate's session as its helper could (`_process.count_company`) and no child was reaped in between: a
-    helper process works off its clock), so load can at most halve it. The check fails when every segment implies more than
-    ``max_wall_ratio * reported + 0.5 ms + 3 * noise``, where noise is the standard deviation of the null blocks'
-    per-call times over the segments (how much the harness's own cost wandered on this host meanwhile): a forged
+    helper process works off its clock), so load can at most halve it. The check fails when every segment implies
+    more than ``max_wall_ratio * reported + 0.5 ms + 3 * noise``, where noise is the standard deviation of the null
+    blocks' per-call times over the segments (how much the harness's own cost wandered on this host meanwhile): a forged
     timer shows in every segment, while a load spike that stretched some segments leaves another within bounds.
 
     It also fails when the process has more native threads at the end of the loop than at its first mark: a

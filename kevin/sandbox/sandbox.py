@@ -419,8 +419,8 @@ class _PausableHold:
 
 
 def wait_for_group(pid: int, timeout_s: float = 5.0) -> None:
-    """Wait until ``pid`` leads its own process group (a forked worker calls ``setpgid`` only after the fork server
-    reported its pid), so that a signal to the group reaches it; returns early if the process is gone."""
+    """Wait until ``pid`` leads its own process group (a worker sets its group as it starts), so that a signal to
+    the group reaches it; returns early if the process is gone."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

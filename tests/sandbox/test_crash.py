@@ -124,9 +124,9 @@ def test_the_deadline_stops_candidates_whose_own_limits_are_far_away(cache_dir, 
 
 def test_a_cancel_can_reach_the_worker_because_it_leads_its_group_before_the_job_names_it(dynamic_sandbox,
                                                                                           warm_builds, monkeypatch):
-    # A cancel (the batch's deadline) kills the job's worker through its process group, found by the job's ``run``. A
-    # worker forked from the zygote calls setsid only after its pid is reported: named before that, a cancel would
-    # find no group and the worker would compile on past the deadline. So the job is named only once it leads one.
+    # A cancel (the batch's deadline) kills the job's worker through its process group, found by the job's ``run``.
+    # Named before the worker leads its group, a cancel would find no group and the worker would compile on past the
+    # deadline. So the job is named only once it leads one.
     import kevin.sandbox.sandbox as sb
 
     events = []

@@ -550,7 +550,8 @@ def test_a_correctness_run_held_alone_waits_for_compiles_instead_of_stopping_the
 
 
 def test_a_forked_worker_is_signalled_only_once_it_leads_its_own_group():
-    # the fork server reports a child's pid before the child calls setsid: a signal to the group then misses it
+    # a process whose pid is known before it leads its group (here it calls setsid late): a signal to the group
+    # would miss it until then
     import os
     import subprocess
     import sys

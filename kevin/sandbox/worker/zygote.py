@@ -17,8 +17,8 @@ process and group calls).
 Protocol (AF_UNIX SOCK_SEQPACKET): the parent sends ``{"module", "job", "cwd", "env", "stdout", "stderr", "extra"}``
 with the report pipe's write end, the command pipe's read end and one fd per name in ``extra`` (``"data"``,
 ``"marks"``); the zygote answers ``{"pid": ...}``, and later ``{"exit": pid, "code": ...}`` (``code`` as
-``Popen.returncode``: negative for a signal) when it reaps it. The child leads its group only after the pid went
-out: wait for it (``kevin.sandbox.sandbox.wait_for_group``) before signalling the group.
+``Popen.returncode``: negative for a signal) when it reaps it. The zygote puts the child in its own group before
+answering (the child does too, whichever runs first), so a signal to the group reaches it from the start.
 """
 
 from __future__ import annotations
