@@ -11,8 +11,8 @@ fixed batch with plain ``generate`` (the recipe's ``--generation_mode generate``
   of their own whose groups run at nice 10 (each writes it to ``/proc/self/autogroup``; as root here: an ordinary
   user may write one autogroup a tenth of a second, machine-wide, so most of these writes would fail, and then the
   script stops); ``cpu_shared_session`` the same processes forked from one process in a session of their own, each
-  leading a process group (one autogroup together), and ``cpu_sandbox`` forked in this process's session at nice 10
-  (as a CUDA sandbox's workers run);
+  leading a process group (one autogroup together), and ``cpu_sandbox`` forked in this process's session at the
+  CUDA sandbox's workers' nice value (10), ``cpu_compilers`` at its compilers' (19);
 - ``gpu_process``: another process running matmuls on the same GPU (as a candidate's correctness run), so the two
   contexts are time-sliced;
 - ``gpu_thread``: a thread of the policy's own process comparing large float64 tensors on the GPU (as the parent
@@ -44,6 +44,8 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kevin.sandbox import _process  # noqa: E402
+
 BUSY = "while True: pass"
 BUSY_NICED = ("with open('/proc/self/autogroup', 'w') as f:\n    f.write('10')\nprint('ready', flush=True)\n"
               "while True: pass")
@@ -52,8 +54,8 @@ GPU_PROCESS = ("import torch\na = torch.randn(4096, 4096, device='cuda'); b = to
 FORKED = ("import os\npids = []\nfor _ in range({n}):\n    pid = os.fork()\n    if pid == 0:\n"
           "        os.setpgid(0, 0)\n        os.setpriority(os.PRIO_PROCESS, 0, {nice})\n        while True: pass\n"
           "    pids.append(pid)\nprint(' '.join(map(str, pids)), flush=True)\nos.wait()\n")
-LOADS = ("none", "cpu", "cpu_one_session", "cpu_niced", "cpu_shared_session", "cpu_sandbox", "gpu_process",
-         "gpu_thread", "gpu_thread_stream", "gil", "all")
+LOADS = ("none", "cpu", "cpu_one_session", "cpu_niced", "cpu_shared_session", "cpu_sandbox", "cpu_compilers",
+         "gpu_process", "gpu_thread", "gpu_thread_stream", "gil", "all")
 GPU_LOADS = {"gpu_process", "gpu_thread", "gpu_thread_stream", "all"}
 
 
@@ -133,8 +135,9 @@ def load(name: str) -> Iterator[None]:
         if name in ("cpu", "cpu_one_session", "cpu_niced", "all"):
             stack.enter_context(processes(BUSY_NICED if name == "cpu_niced" else BUSY, cores,
                                           wait_ready=name == "cpu_niced", own_sessions=name != "cpu_one_session"))
-        if name in ("cpu_shared_session", "cpu_sandbox"):
-            stack.enter_context(forked(cores, 10 if name == "cpu_sandbox" else 0, name == "cpu_shared_session"))
+        if name in ("cpu_shared_session", "cpu_sandbox", "cpu_compilers"):
+            nice = {"cpu_sandbox": _process.CUDA_NICENESS, "cpu_compilers": _process.CUDA_COMPILE_NICENESS}.get(name, 0)
+            stack.enter_context(forked(cores, nice, name == "cpu_shared_session"))
         if name in ("gpu_process", "all"):
             stack.enter_context(processes(GPU_PROCESS, 1, wait_ready=True))
         if name in ("gpu_thread", "gpu_thread_stream", "all"):

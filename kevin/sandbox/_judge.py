@@ -245,7 +245,7 @@ class CandidateRun:
             "n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
             "launch_cover_us": config.launch_cover_us, "inventory": config.kernel_inventory, "train_mode": config.train_mode,
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
-            "niceness": _process.niceness(backend),
+            "niceness": _process.niceness(backend), "compile_niceness": _process.compile_niceness(backend),
         }
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}

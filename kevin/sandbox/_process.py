@@ -262,9 +262,20 @@ policy decoding beside them is one launch-bound thread that needs a core wheneve
 workers take the cores it leaves. The CPU backend's workers keep 0: its timings measure the cores themselves."""
 
 
+CUDA_COMPILE_NICENESS = 19
+"""The nice value of the compilers a CUDA sandbox's worker starts (the lowest priority): a worker whose kernel is
+timed, or a golden process, then keeps most of a core it shares with them. The CPU backend stops compiles for its
+timings instead, and compiles at its workers' niceness."""
+
+
 def niceness(backend: str) -> int:
     """The nice value a sandbox worker of ``backend`` ("cuda" or "cpu") runs at."""
     return CUDA_NICENESS if backend == "cuda" else 0
+
+
+def compile_niceness(backend: str) -> int:
+    """The nice value the compilers of a sandbox worker of ``backend`` run at."""
+    return CUDA_COMPILE_NICENESS if backend == "cuda" else niceness(backend)
 
 
 SPAWN_TIMEOUT_S = 15.0

@@ -54,7 +54,8 @@ import shutil
 import stat
 import subprocess
 import sys
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator, TypeVar
 
 KEY_ARGS = (
     "name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags",
@@ -415,13 +416,41 @@ def object_cache(obj_root: str | None, pch_root: str | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+T = TypeVar("T")
+
+
+def call_niced(niceness: int, fn: Callable[[], T]) -> T:
+    """``fn()`` in a thread of its own at nice value ``niceness``: the compilers it starts inherit that thread's
+    value (Linux keeps one per thread), while this thread keeps its own. ``fn``'s exception is raised here. At or
+    below this thread's value, ``fn()`` runs here (an unprivileged thread cannot lower its nice value)."""
+    if niceness <= os.getpriority(os.PRIO_PROCESS, threading.get_native_id()):
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="kevin-build", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | None = None,
-            obj_root: str | None = None, light: bool = True) -> None:
+            obj_root: str | None = None, light: bool = True, niceness: int = 0) -> None:
     """Patch ``torch.utils.cpp_extension.load_inline`` to build in a content-addressed directory.
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
     (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
+    ``niceness``: the nice value the builds run at (`call_niced`; above this thread's, the compilers yield the cores
+    to it).
     """
     import torch.utils.cpp_extension as ce
 
@@ -477,7 +506,8 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         pch_dir = main_cpp_pch(pch_root, arguments)
         with _pch.search_first(pch_dir), object_cache(obj_root, pch_root):
             try:
-                return original(**arguments) if units is None else _split.build(arguments, units, build_dir, pch_dir)
+                return call_niced(niceness, lambda: original(**arguments) if units is None
+                                  else _split.build(arguments, units, build_dir, pch_dir))
             except RuntimeError as exc:
                 failed = _TORCH_BUILD_ERROR.match(str(exc))
                 if failed is None or isinstance(exc, BuildError):

@@ -87,7 +87,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     _extension.install(job["ext_root"], backend, on_build=lambda path: send("build_dir", path=path),
                        pch_root=_pch.root(cache_dir),
                        obj_root=os.path.join(cache_dir, "obj") if job.get("object_cache", True) else None,
-                       light=job.get("light_prelude", True))
+                       light=job.get("light_prelude", True), niceness=int(job.get("compile_niceness", 0)))
     try:
         module = _extension.import_candidate(job["candidate"])
     except BaseException as exc:

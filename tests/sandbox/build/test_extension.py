@@ -47,6 +47,8 @@ def test_other_headers_and_non_string_sources_are_kept():
 import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -116,15 +118,55 @@ class _FakeBuild:
         return "module"
 
 
-def _install(monkeypatch, tmp_path, fake, light=True):
+def _install(monkeypatch, tmp_path, fake, light=True, niceness=0):
     """`install` over ``fake`` (given load_inline's signature); returns the installed wrapper."""
     import functools
 
     from torch.utils import cpp_extension as ce
 
     monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(lambda **arguments: fake(**arguments)))
-    _extension.install(str(tmp_path / "ext"), "cuda", light=light)
+    _extension.install(str(tmp_path / "ext"), "cuda", light=light, niceness=niceness)
     return ce.load_inline
+
+
+CHILD_NICE = [sys.executable, "-c", "import os; print(os.nice(0))"]
+
+
+def _own_nice():
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_a_niced_call_starts_its_children_at_that_niceness_and_leaves_the_callers(tmp_path):
+    # a compiler is a child of the building thread: it inherits that thread's nice value, not the process's
+    mine = _own_nice()
+    if mine >= 19:
+        pytest.skip("this process already runs at the lowest priority")
+    out = _extension.call_niced(19, lambda: subprocess.run(CHILD_NICE, capture_output=True, text=True).stdout)
+    assert int(out) == 19
+    assert _own_nice() == mine
+
+
+def test_a_niced_call_raises_its_exception_in_the_caller():
+    def fails():
+        raise _extension.BuildError("ext", "error: expected ';'")
+
+    with pytest.raises(_extension.BuildError, match="expected"):
+        _extension.call_niced(19, fails)
+
+
+def test_a_niced_call_at_the_callers_own_niceness_runs_in_the_calling_thread():
+    assert _extension.call_niced(_own_nice(), threading.get_ident) == threading.get_ident()
+
+
+def test_an_installed_build_compiles_at_its_niceness(monkeypatch, tmp_path):
+    if _own_nice() >= 19:
+        pytest.skip("this process already runs at the lowest priority")
+
+    def build(**arguments):
+        return subprocess.run(CHILD_NICE, capture_output=True, text=True).stdout
+
+    load = _install(monkeypatch, tmp_path, build, niceness=19)
+    assert int(load(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"])) == 19
 
 
 def test_a_cuda_build_tries_the_light_prelude_first(monkeypatch, tmp_path):
