@@ -263,9 +263,9 @@ workers take the cores it leaves. The CPU backend's workers keep 0: its timings 
 
 
 CUDA_COMPILE_NICENESS = 19
-"""The nice value of the compilers a CUDA sandbox's worker starts (the lowest priority): a worker whose kernel is
-timed, or a golden process, then keeps most of a core it shares with them. The CPU backend stops compiles for its
-timings instead, and compiles at its workers' niceness."""
+"""The nice value of the compilers a CUDA sandbox's candidate worker starts for its ``load_inline`` builds (the
+lowest priority): a worker whose kernel is timed, or a golden process, then keeps most of a core it shares with
+them. The CPU backend stops compiles for its timings instead, and compiles at its workers' niceness."""
 
 
 def niceness(backend: str) -> int:

@@ -366,3 +366,30 @@ def test_the_harnesss_own_marks_are_not_duplicated():
     from kevin.sandbox._judge import duplicated_marks
 
     assert duplicated_marks(_marks(("timing_begin", 2.1), ("timing_end", 3.0), ("released", 3.1))) is None
+
+
+# ---- the job a candidate's worker gets
+
+class _NoWorker:
+    """Stands in for `_process.Worker`: keeps the job, starts nothing."""
+    jobs: list = []
+
+    def __init__(self, module, job, **kwargs):
+        _NoWorker.jobs.append(job)
+
+    def kill(self):
+        pass
+
+
+@pytest.mark.parametrize("backend, worker, compilers", [("cuda", 10, 19), ("cpu", 0, 0)])
+def test_a_candidates_compilers_run_at_or_below_its_workers_priority(monkeypatch, tmp_path, backend, worker, compilers):
+    # CUDA: workers at nice 10 (beside a decoding policy), their compilers at 19 (beside a timed worker); the CPU
+    # backend stops compiles for its timings instead
+    from kevin.sandbox import _judge, _process
+
+    monkeypatch.setattr(_process, "Worker", _NoWorker)
+    _NoWorker.jobs = []
+    run = _judge.CandidateRun("x = 1", backend=backend, config=SandboxConfig(), cache_dir=str(tmp_path),
+                              scratch_parent=str(tmp_path))
+    run.close()
+    assert (_NoWorker.jobs[0]["niceness"], _NoWorker.jobs[0]["compile_niceness"]) == (worker, compilers)

@@ -48,3 +48,35 @@ def test_a_candidate_exception_forging_the_harness_phase_is_reported_as_unknown(
 
     assert reported_phase(DiskFull(errno.ENOSPC, "No space left on device")) == "unknown"
     assert reported_phase(HarnessWriteError("OSError: no space")) == "harness"
+
+
+FORWARDS = """
+from kevin.sandbox.build import extension
+from kevin.sandbox.worker import candidate
+
+class Stop(Exception):
+    pass
+
+def install(*args, **kwargs):
+    print("niceness", kwargs.get("niceness"))
+    raise Stop
+
+class Channel:
+    send = receive = mark = staticmethod(lambda *args, **kwargs: None)
+
+extension.install = install
+try:
+    candidate.main({"backend": "cpu", "ext_root": {ext!r}, "candidate": "absent.py", "compile_niceness": 19}, Channel())
+except Stop:
+    pass
+"""
+
+
+def test_the_worker_builds_at_the_compile_niceness_its_job_names(tmp_path):
+    # in a process of its own: the worker's main sets global torch state before it installs the builder
+    import subprocess
+    import sys
+
+    script = FORWARDS.replace("{ext!r}", repr(str(tmp_path / "ext")))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "niceness 19" in out.stdout, out.stderr[-2000:]
