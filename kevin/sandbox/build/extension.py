@@ -449,8 +449,8 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
     (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
-    ``niceness``: the nice value the builds run at (`call_niced`; above this thread's, the compilers yield the cores
-    to it).
+    ``niceness``: the nice value the builds run at (`call_niced`): above the worker's own, its compilers yield a core
+    they share to a timed worker.
     """
     import torch.utils.cpp_extension as ce
 

@@ -1,6 +1,8 @@
 """The candidate worker's own file writes: a failure of the harness is told apart from the kernel's."""
 
 import errno
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -50,7 +52,9 @@ def test_a_candidate_exception_forging_the_harness_phase_is_reported_as_unknown(
     assert reported_phase(HarnessWriteError("OSError: no space")) == "harness"
 
 
+
 FORWARDS = """
+import sys
 from kevin.sandbox.build import extension
 from kevin.sandbox.worker import candidate
 
@@ -66,7 +70,8 @@ class Channel:
 
 extension.install = install
 try:
-    candidate.main({"backend": "cpu", "ext_root": {ext!r}, "candidate": "absent.py", "compile_niceness": 19}, Channel())
+    candidate.main({"backend": "cpu", "ext_root": sys.argv[1], "candidate": "absent.py", "compile_niceness": 19},
+                   Channel())
 except Stop:
     pass
 """
@@ -74,9 +79,6 @@ except Stop:
 
 def test_the_worker_builds_at_the_compile_niceness_its_job_names(tmp_path):
     # in a process of its own: the worker's main sets global torch state before it installs the builder
-    import subprocess
-    import sys
-
-    script = FORWARDS.replace("{ext!r}", repr(str(tmp_path / "ext")))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", FORWARDS, str(tmp_path / "ext")], capture_output=True, text=True,
+                         timeout=120)
     assert "niceness 19" in out.stdout, out.stderr[-2000:]
