@@ -193,6 +193,22 @@ def test_the_loop_length_is_fixed_before_the_first_timed_call():
     assert all(p < len(run.samples_ms) for p in run.recheck_outputs)
 
 
+def test_the_budget_counts_the_fresh_inputs_drawn_for_each_call_not_the_call_alone(monkeypatch):
+    # an instant call whose inputs take about 10 ms to draw, drawn twice per timed call (its own and the plan's):
+    # a 0.3 s budget holds 0.3 / (0.010 + 0.010) = 15 calls at most (by the call alone it held all 100)
+    def slow(draw):
+        def drawn(self, *args):
+            time.sleep(0.01)
+            return draw(self, *args)
+        return drawn
+
+    monkeypatch.setattr(timing.FreshInputs, "make", slow(timing.FreshInputs.make))
+    monkeypatch.setattr(timing.FreshInputs, "source_for", slow(timing.FreshInputs.source_for))
+    run = timing.time_calls(lambda a: a[0] * 2, [[torch.ones(8)]], device=torch.device("cpu"), n_warmup=2,
+                            n_trials=100, budget_s=0.3, rng=random.Random(0))
+    assert timing.MIN_TRIALS <= len(run.samples_ms) <= 15
+
+
 def test_null_calls_lead_every_segment_after_an_unmarked_null_block_and_the_marks_frame_them():
     from kevin.sandbox.worker import loop as _loop
 

@@ -368,6 +368,10 @@ def time_calls(
 
     The number of timed calls is fixed before the loop: ``n_trials``, fewer (not under ``MIN_TRIALS``) when the
     warm-up calls show that ``budget_s`` would not hold them or the kept copies would pass ``keep_outputs_bytes``.
+    A call's cost is all the work done for it: its warm-up cycle (fresh inputs, the call, the audit and the copy)
+    and a second draw of fresh inputs, which the plan makes for every timed call. On a large input the draws cost
+    far more than a fast kernel (a key sort of every element), and a budget of the calls alone held the device for
+    twice its length.
     With ``null_call`` and ``mark`` (`._loop`): the timed calls run in segments, each after `._loop.NULL_CALLS`
     calls of the same harness around ``null_call``, and ``mark(name, index)`` is called at the start of every
     null block ("null") and segment ("calls") and at the end ("end"), for the parent's wall-clock check; one
@@ -444,11 +448,17 @@ def time_calls(
     last: tuple[float, float, bool, bool, float] = (0.0, 0.0, False, False, 0.0)
 
     def step(fn: Callable[[list[Any]], Any], source: Sequence[Any], seed: int, in_place: bool, label: str,
-             slot: list[Any] | None = None) -> Any:
-        """One call with all the harness's work around it; the same for every call. Returns its kept copy."""
+             slot: list[Any] | None = None, draws_ms: list[float] | None = None) -> Any:
+        """One call with all the harness's work around it; the same for every call. Returns its kept copy.
+        ``draws_ms`` (warm-up calls): gets the seconds of drawing the fresh inputs, to the end of their GPU work."""
         nonlocal prev, last
         with harness():
+            t0 = clock()
             new = fresh.make(source, seed)
+            if draws_ms is not None:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                draws_ms.append((clock() - t0) * 1e3)
             args = _refill(prev, new) if in_place and prev is not None else new
         ms, wall, out, (waited, late), launch = one(fn, args)
         with harness():
@@ -472,17 +482,21 @@ def time_calls(
     def timed_loop() -> None:
         """Warm-up calls, the plan of the timed calls, then the segments (all watched alike)."""
         nonlocal positions, kept_all, prev
-        warm_wall, out_bytes, template = [], 0, None
+        cycles_ms, draws_ms, out_bytes, template = [], [], 0, None
         for i in range(n_warmup):
-            kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}")
-            warm_wall.append(last[1])
+            t0 = clock()
+            kept = step(call, *any_source(), rng.random() < 0.5, f"warm-up call {i}", draws_ms=draws_ms)
+            if cuda:
+                torch.cuda.synchronize(device)  # the audit's and the copy's GPU work belong to this cycle
+            cycles_ms.append((clock() - t0) * 1e3)
             out_bytes = max(out_bytes, _nbytes(kept) if not isinstance(kept, str) else 0)
             template = kept if not isinstance(kept, str) else None
             del kept
         # How many timed calls: fixed now, so the loop's length says nothing about where the rechecks are.
         n = n_trials
-        if warm_wall:
-            n = min(n, max(MIN_TRIALS, int(budget_s * 1e3 / max(median(warm_wall), 1e-3))))
+        if cycles_ms:  # a timed call costs its cycle and the plan's draw of its inputs
+            per_call_ms = median(cycles_ms) + median(draws_ms)
+            n = min(n, max(MIN_TRIALS, int(budget_s * 1e3 / max(per_call_ms, 1e-3))))
         if out_bytes:
             n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
         n = max(n, len(rechecks), 1)
