@@ -370,8 +370,8 @@ def time_calls(
     warm-up calls show that ``budget_s`` would not hold them or the kept copies would pass ``keep_outputs_bytes``.
     A call's cost is all the work done for it: its warm-up cycle (fresh inputs, the call, the audit and the copy)
     and a second draw of fresh inputs, which the plan makes for every timed call. On a large input the draws cost
-    far more than a fast kernel (a key sort of every element), and a budget of the calls alone held the device for
-    twice its length.
+    far more than a fast kernel (a key sort of every element), and a budget of the calls alone let such a timing
+    hold the device well past it.
     With ``null_call`` and ``mark`` (`._loop`): the timed calls run in segments, each after `._loop.NULL_CALLS`
     calls of the same harness around ``null_call``, and ``mark(name, index)`` is called at the start of every
     null block ("null") and segment ("calls") and at the end ("end"), for the parent's wall-clock check; one
