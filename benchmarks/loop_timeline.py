@@ -16,7 +16,8 @@ and the seconds it held the device, which no other timing overlaps (nor, until "
 worker reported its timed loop over and its memory freed, a generate call or a correctness run: the "alone" part).
 The references' own timings also hold the device alone and are not counted here: the sum is a lower bound on the
 step's held time. Last, the milliseconds of a decoding step in each generate call: its seconds over its longest
-response's tokens (a call's responses are told apart by their seconds per token, equal within a call: `decode_steps`).
+response's tokens (a call's responses are told apart by their seconds per token, equal within a call: `decode_steps`),
+which includes the seconds the call stepped aside for timings (shown with each call, "aside").
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 # (searched, not matched: a progress bar may share the line)
 GENERATED = re.compile(r"(\d\d):(\d\d):(\d\d) \S*kevin\.core\.rollout: turn [\d,]+/\d+: (\d+) responses .*? in "
-                       r"([\d.]+)s after ([\d.]+)s waiting")
+                       r"([\d.]+)s after ([\d.]+)s waiting(?:.*?stepped aside ([\d.]+)s)?")
 ENDED = re.compile(r"(\d\d):(\d\d):(\d\d) \S*kevin\.core\.rollout: rollout in ([\d.]+)s")
 PHASES = ("queue", "compile", "golden", "correctness", "timing")
 
@@ -40,7 +41,8 @@ def _clock(h: str, m: str, s: str) -> int:
 
 
 def rollouts_in_log(text: str) -> list[dict]:
-    """Each rollout's generate calls as (end second, seconds, waited, rows) and its end and wall seconds."""
+    """Each rollout's generate calls as (end second, seconds, waited, rows, seconds stepped aside for timings) and
+    its end and wall seconds."""
     out, calls, last, days = [], [], 0, 0
 
     def clock(h: str, m: str, s: str) -> int:
@@ -55,7 +57,8 @@ def rollouts_in_log(text: str) -> list[dict]:
 
     for line in re.split(r"[\r\n]+", text):
         if g := GENERATED.search(line):
-            calls.append((clock(*g.group(1, 2, 3)), float(g.group(5)), float(g.group(6)), int(g.group(4))))
+            calls.append((clock(*g.group(1, 2, 3)), float(g.group(5)), float(g.group(6)), int(g.group(4)),
+                          float(g.group(7) or 0.0)))
         elif e := ENDED.search(line):
             out.append({"calls": calls, "end": clock(*e.group(1, 2, 3)), "wall": float(e.group(4))})
             calls = []
@@ -66,7 +69,7 @@ def waits(rollout: dict) -> dict[str, float]:
     """The policy's idle seconds (to the second): before its first call (prompts built), before its second (the first
     turn's kernels judged), between later calls, after its last."""
     start = rollout["end"] - rollout["wall"]
-    spans = [(end - seconds, end) for end, seconds, _, _ in rollout["calls"]]  # (the device wait counts as idle)
+    spans = [(end - seconds, end) for end, seconds, *_ in rollout["calls"]]  # (the device wait counts as idle)
     gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
     return {"setup": max(0.0, spans[0][0] - start) if spans else rollout["wall"],
             "first turn": gaps[0] if gaps else 0.0, "between": sum(gaps[1:]),
@@ -121,7 +124,8 @@ def main(argv: list[str]) -> None:
     files = sorted(Path(argv[1]).glob("step_*.jsonl.gz")) if len(argv) > 1 else []
     for k, rollout in enumerate(steps, 1):
         w = waits(rollout)
-        calls = ", ".join(f"{s:.1f}s/{rows}" for _, s, _, rows in rollout["calls"])
+        calls = ", ".join(f"{s:.1f}s/{rows}" + (f" ({aside:.1f}s aside)" if aside else "")
+                          for _, s, _, rows, aside in rollout["calls"])
         idle = sum(w.values())
         print(f"step {k}: rollout {rollout['wall']:.1f}s; generate calls (s/rows) {calls}; policy idle {idle:.0f}s = "
               + ", ".join(f"{name} {v:.0f}" for name, v in w.items()))

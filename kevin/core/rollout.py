@@ -30,7 +30,9 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   `kevin.core.policy.TransformersPolicy` does) hands each response over as soon as it stopped, and its kernel goes
   to the sandbox then, while the call samples the longer ones: a call lasts as long as its longest response. While
   kernels are in the sandbox or may be sent to it, the generate call runs inside the sandbox's ``device_in_use()``,
-  so no kernel is timed while the policy uses the device. Which rows
+  so no kernel is timed while the policy uses the device; a policy whose ``generate`` also takes ``between_steps``
+  steps aside between its decoding steps for a timing that waited long (`kevin.sandbox.sandbox.DevicesInUse.step_aside`,
+  on CUDA), and its call goes on once the timing is done. Which rows
   share a generate call then depends on when verdicts arrive: a policy that samples from one random generator draws
   differently than in lockstep (the distribution of each response is the same). A sandbox's batch deadline
   (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call, which for a kernel sent
@@ -523,6 +525,8 @@ class _Pipeline:
         self.started: dict[int, float] = {}  # row -> when its kernel's evaluate_many call began (set by the worker)
         self.pool = ThreadPoolExecutor(max_workers=self.n_slots, thread_name_prefix="kevin-rollout-eval")
         self.stream = streams(policy)  # kernels sent as their responses finish, while the call goes on
+        self.yields = _takes(policy.generate, "between_steps")  # its decoding steps aside for waiting timings
+        self.aside_s = 0.0  # seconds the policy stepped aside, inside generate calls
         self.told_at: float | None = None  # when ``judged_turn`` was last called (None: never)
         self.untold = False  # a group's turn closed since that call
 
@@ -600,11 +604,13 @@ class _Pipeline:
 
         asked = time.perf_counter()
         # no timing while the policy computes: held whenever kernels are in the sandbox or may be sent during the call
-        with _device_in_use(self.sandbox) if self.futures or self.stream else contextlib.nullcontext():
+        with _device_in_use(self.sandbox) if self.futures or self.stream else contextlib.nullcontext() as hold:
             waited = time.perf_counter() - asked
+            between = getattr(hold, "step_aside", None) if self.yields and self.stream else None
             generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows],
-                                             on_done if self.stream else None)
-        self.generate_s, self.gate_wait_s = seconds, self.gate_wait_s + waited
+                                             on_done if self.stream else None, between)
+        aside = getattr(hold, "aside_s", 0.0)
+        self.generate_s, self.gate_wait_s, self.aside_s = seconds, self.gate_wait_s + waited, self.aside_s + aside
         sent = sum(early)
         for k, g, cost in zip(rows, generations, share(seconds, _generation_weights(generations))):
             if k in self.staged:  # (handed over early)
@@ -612,10 +618,10 @@ class _Pipeline:
             else:
                 sent += self._stage(k, g, cost)
         logger.info("turn %s/%d: %d responses (%.0f tokens avg, %d truncated) in %.1fs after %.1fs waiting for the "
-                    "device; %d kernels to the sandbox (%d before the call ended), %d in it",
-                    ",".join(map(str, turns)), self.n_turns, len(rows),
+                    "device; stepped aside %.1fs for timings; %d kernels to the sandbox (%d before the call ended), "
+                    "%d in it", ",".join(map(str, turns)), self.n_turns, len(rows),
                     sum(_generated_tokens(g) for g in generations) / len(rows), sum(g.truncated for g in generations),
-                    seconds, waited, sent, sum(early), len(self.futures))
+                    seconds, waited, aside, sent, sum(early), len(self.futures))
         for c in groups:
             if not self.waiting[c]:
                 self._close(c)
@@ -676,11 +682,13 @@ class _Pipeline:
                 self.history[k][t] = dataclasses.replace(self.history[k][t], evaluation_s=seconds)
 
 
-def _generate(policy: Any, conversations: list[list[dict]], on_done: Callable[[int, Any], None] | None = None
-              ) -> tuple[list[Any], float]:
-    """One ``policy.generate`` call (told ``on_done`` when given): its generations and its wall seconds."""
+def _generate(policy: Any, conversations: list[list[dict]], on_done: Callable[[int, Any], None] | None = None,
+              between_steps: Callable[..., Any] | None = None) -> tuple[list[Any], float]:
+    """One ``policy.generate`` call (told ``on_done`` and ``between_steps`` when given): its generations and its
+    wall seconds."""
     start = time.perf_counter()
-    generations = policy.generate(conversations) if on_done is None else policy.generate(conversations, on_done=on_done)
+    hooks = {k: v for k, v in (("on_done", on_done), ("between_steps", between_steps)) if v is not None}
+    generations = policy.generate(conversations, **hooks)
     seconds = time.perf_counter() - start
     if len(generations) != len(conversations):
         raise RuntimeError(f"policy returned {len(generations)} generations for {len(conversations)} prompts")
@@ -733,8 +741,13 @@ def _generated_tokens(g: Any) -> int:
 def streams(policy: Any) -> bool:
     """Whether ``policy.generate`` takes ``on_done`` (`kevin.core.policy.TransformersPolicy` does): each response
     handed over as soon as it is finished, before the call returns."""
+    return _takes(getattr(policy, "generate", None), "on_done")
+
+
+def _takes(fn: Any, keyword: str) -> bool:
+    """Whether ``fn`` takes the keyword argument ``keyword``."""
     try:
-        return "on_done" in inspect.signature(policy.generate).parameters
+        return keyword in inspect.signature(fn).parameters
     except (AttributeError, TypeError, ValueError):
         return False
 

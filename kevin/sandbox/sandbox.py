@@ -196,6 +196,9 @@ class DeviceGate:
     since holding them back could not let a timing in sooner. It is admitted like a correctness run, but with its
     own ``policy_patience_s`` (None: ``patience_s``): a rollout fixes a call's rows before it asks for the device,
     so a timing let in first cannot add its kernel's group to that call, while every group in the call waits.
+    With ``step_aside_after_s``, an ``in_use`` holder that calls `step_aside` between its decoding steps leaves the
+    device to the timings that have waited that long, and comes back once they are done: a correct kernel is timed
+    within a decoding step or two instead of after the whole generate call, and its group's next turn is due sooner.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
@@ -203,9 +206,10 @@ class DeviceGate:
     """
 
     def __init__(self, patience_s: float = 1.0, max_shared: int | None = None, *,
-                 policy_patience_s: float | None = None) -> None:
+                 policy_patience_s: float | None = None, step_aside_after_s: float | None = None) -> None:
         self.patience_s = patience_s
         self.policy_patience_s = patience_s if policy_patience_s is None else policy_patience_s
+        self.step_aside_after_s = step_aside_after_s
         self.max_shared = max_shared
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared() and in_use()
@@ -261,6 +265,32 @@ class DeviceGate:
                 self._shared -= 1
                 self._in_use -= 1
                 self._cond.notify_all()
+
+    def step_aside(self, before: Callable[[], Any] | None = None) -> float:
+        """For an ``in_use()`` holder between two steps of its work: when a timing has waited ``step_aside_after_s``
+        or longer, call ``before()`` (the holder's own device work finished: a CUDA synchronize), leave the device
+        until every timing waiting now has had it, then come back as ``in_use()`` is admitted. Seconds away (0.0 when
+        nothing waited long enough, or the gate has no ``step_aside_after_s``)."""
+        after = self.step_aside_after_s
+        with self._cond:
+            if after is None or not self._waiting or time.monotonic() - min(self._waiting) < after:
+                return 0.0
+        if before is not None:
+            before()
+        with self._cond:
+            left = time.monotonic()
+            waiting = {ticket for _, ticket, _ in self._queue}
+            self._shared -= 1
+            self._in_use -= 1
+            self._cond.notify_all()
+            try:  # back once none of them waits or holds the device alone (a timing's shared tail may go on)
+                self._cond.wait_for(lambda: not self._exclusive and not any(
+                    ticket in waiting for _, ticket, _ in self._queue))
+                self._cond.wait_for(lambda: self._admits_shared(in_use=True))
+            finally:  # (also on an interrupt: the caller's in_use() block still ends by giving the hold back)
+                self._shared += 1
+                self._in_use += 1
+            return time.monotonic() - left
 
     @contextlib.contextmanager
     def pausable(self, timeout: float | None = None) -> Iterator["_PausableHold"]:
@@ -398,6 +428,24 @@ class _ExclusiveHold:
             gate._cond.notify_all()
 
 
+class DevicesInUse:
+    """What `Sandbox.device_in_use` yields: its gates, held in use; ``aside_s`` the seconds stepped aside so far."""
+
+    def __init__(self, gates: Sequence[DeviceGate]) -> None:
+        self.gates = list(gates)
+        self.aside_s = 0.0
+
+    def step_aside(self, before: Callable[[], Any] | None = None) -> float:
+        """`DeviceGate.step_aside` on each gate in turn (``before`` once, at the first that steps aside)."""
+        away = 0.0
+        for gate in self.gates:
+            seconds = gate.step_aside(before)
+            if seconds:
+                away, before = away + seconds, None
+        self.aside_s += away
+        return away
+
+
 class _PausableHold:
     """One `DeviceGate.pausable` admission: the process group it registered, and the seconds it was stopped."""
 
@@ -450,6 +498,10 @@ POLICY_PATIENCE_S = 5.0
 """On CUDA, how long a waiting timing lets new generate calls of the policy go first: a few of a small model's calls,
 so that a stream of them cannot keep a kernel's timing, and with it its group's next turn, waiting for long."""
 
+STEP_ASIDE_AFTER_S = 1.0
+"""On CUDA, how long a timing waits for a generate call under way before the policy steps aside for it at its next
+check between decoding steps (`DeviceGate.step_aside`); the call goes on once the waiting timings are done."""
+
 _GATES: dict[tuple[str, str], DeviceGate] = {}
 _GATES_LOCK = threading.Lock()
 
@@ -462,7 +514,8 @@ def device_gate(backend: str, device: str) -> DeviceGate:
     decoding policy goes before timings that have waited less than `POLICY_PATIENCE_S`."""
     with _GATES_LOCK:
         if (backend, device) not in _GATES:
-            _GATES[(backend, device)] = (DeviceGate(patience_s=1.0, policy_patience_s=POLICY_PATIENCE_S)
+            _GATES[(backend, device)] = (DeviceGate(patience_s=1.0, policy_patience_s=POLICY_PATIENCE_S,
+                                                    step_aside_after_s=STEP_ASIDE_AFTER_S)
                                          if backend == "cuda" else DeviceGate(patience_s=0.0))
         return _GATES[(backend, device)]
 
@@ -745,16 +798,18 @@ class Sandbox:
         return self.config.workers + 2 * len(self._devices.slots)
 
     @contextlib.contextmanager
-    def device_in_use(self) -> Iterator[None]:
+    def device_in_use(self) -> Iterator["DevicesInUse"]:
         """Hold every device of this sandbox (`DeviceGate.in_use`): no kernel is timed meanwhile, while kernels
         still compile and run their correctness checks.
 
         For a caller that computes on the same device between evaluations (a policy decoding while earlier
-        kernels are judged), so that its work never lands inside a kernel's timing. Gates are taken in one order."""
+        kernels are judged), so that its work never lands inside a kernel's timing. Gates are taken in one order.
+        Yields a `DevicesInUse`, whose ``step_aside`` the caller may call between its steps."""
+        gates = [self._devices.gates[slot] for slot in sorted(self._devices.gates, key=str)]
         with contextlib.ExitStack() as stack:
-            for slot in sorted(self._devices.gates, key=str):
-                stack.enter_context(self._devices.gates[slot].in_use())
-            yield
+            for gate in gates:
+                stack.enter_context(gate.in_use())
+            yield DevicesInUse(gates)
 
     # ------------------------------------------------------------------ stages
     def _build_pch(self) -> None:

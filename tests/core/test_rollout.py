@@ -801,6 +801,33 @@ class _StreamingPolicy(_ByPromptPolicy):
         return out
 
 
+def test_a_policy_taking_between_steps_gets_a_hook_that_steps_its_device_hold_aside_for_a_waiting_timing():
+    import threading
+
+    gate, log = DeviceGate(policy_patience_s=30.0, step_aside_after_s=0.0), []
+
+    class Yielding(_StreamingPolicy):
+        def generate(self, conversations, on_done=None, between_steps=None):
+            if not log:  # the first call: a timing queues behind it, then the policy reaches a step
+                timed = threading.Thread(target=lambda: _timed(gate, log), daemon=True)
+                timed.start()
+                while not gate._waiting:
+                    time.sleep(0.01)
+                between_steps(lambda: log.append("synced"))
+                log.append("policy on")
+                timed.join(5)
+            return super().generate(conversations, on_done)
+
+    rollout(Yielding(early=lambda i: False), _tasks(1), _KevinSandbox(_SleepySandbox(), gate), n_trajectories=2,
+            n_turns=1, progress=False)
+    assert log == ["synced", "timing", "policy on"] and gate._shared == 0
+
+
+def _timed(gate, log):
+    with gate.exclusive():
+        log.append("timing")
+
+
 def test_kernels_handed_over_during_a_generate_call_are_judged_before_it_returns():
     # 2 tasks x 2 trajectories; the call hands over its responses, then samples on for 0.3 s; a kernel takes 0.01 s
     seen = []

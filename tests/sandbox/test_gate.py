@@ -188,6 +188,48 @@ def test_a_policy_waits_for_a_timing_past_the_policys_own_patience_while_correct
     assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out", "policy in", "policy out"]
 
 
+def test_a_decoding_steps_aside_for_a_timing_that_waited_long_and_comes_back_once_it_is_done():
+    # the policy holds the device (in_use) and a timing waits 0.5 s, past the gate's 0.2 s: at its next step the
+    # policy finishes its own device work (before), leaves, the timing runs, and the policy is back in use after it
+    gate, log, synced = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), [], []
+    with gate.in_use():
+        log.append("policy in")
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        time.sleep(0.5)
+        threading.Thread(target=lambda: (timing[1].wait(5), time.sleep(0.1), timing[2].set()), daemon=True).start()
+        away = gate.step_aside(before=lambda: synced.append(len(log)))
+        log.append("policy back")
+        assert gate._in_use == 1 and away >= 0.1
+    timing[0].join(5)
+    assert log == ["policy in", "timing in", "timing out", "policy back"] and synced == [1]
+
+
+def test_a_decoding_keeps_the_device_while_the_waiting_timing_is_younger_than_the_gates_time():
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=5.0), []
+    with gate.in_use():
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        assert gate.step_aside(before=lambda: log.append("synced")) == 0.0
+        assert not timing[1].wait(0.3) and gate._in_use == 1
+    _release_in_turn(timing)
+    assert log == ["timing in", "timing out"]
+
+
+def test_a_sandboxs_devices_in_use_count_the_seconds_stepped_aside():
+    from kevin.sandbox.sandbox import DevicesInUse
+
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.0), []
+    held = DevicesInUse([gate])
+    with gate.in_use():
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        threading.Thread(target=lambda: (timing[1].wait(5), time.sleep(0.2), timing[2].set()), daemon=True).start()
+        away = held.step_aside()
+    timing[0].join(5)
+    assert held.aside_s == away >= 0.2
+
+
 def test_on_cuda_a_policy_may_pass_a_waiting_timing_longer_than_a_correctness_run_may():
     from kevin.sandbox.sandbox import POLICY_PATIENCE_S, device_gate
 
@@ -196,14 +238,23 @@ def test_on_cuda_a_policy_may_pass_a_waiting_timing_longer_than_a_correctness_ru
     assert (cpu.patience_s, cpu.policy_patience_s) == (0.0, 0.0)  # on the CPU a timing waits for no decoding
 
 
+def test_on_cuda_a_decoding_steps_aside_for_timings_and_on_the_cpu_it_never_does():
+    from kevin.sandbox.sandbox import STEP_ASIDE_AFTER_S, device_gate
+
+    cuda, cpu = device_gate("cuda", "test-gate-device"), device_gate("cpu", "cpu")
+    assert cuda.step_aside_after_s == STEP_ASIDE_AFTER_S < cuda.policy_patience_s
+    assert cpu.step_aside_after_s is None
+
+
 def test_a_sandboxs_device_in_use_is_the_gates_policy_hold(tmp_path):
     from kevin.sandbox import Sandbox, SandboxConfig
     from kevin.sandbox.sandbox import device_gate
 
     sandbox = Sandbox("cpu", SandboxConfig(workers=1, cache_dir=str(tmp_path)))  # (starts no process)
     gate = device_gate("cpu", "cpu")
-    with sandbox.device_in_use():
+    with sandbox.device_in_use() as held:
         assert gate._in_use == 1  # correctness runs go on beside it past a waiting timing's patience
+        assert held.gates == [gate]
     assert gate._in_use == 0
 
 

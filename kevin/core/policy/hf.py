@@ -81,16 +81,17 @@ def _finished_rows_class():
     then holds that token's distribution in ``prev`` and every earlier token's log-prob in ``steps``. It reads the
     device every ``every`` steps only (one small read, beside generate's own stop check); a row that
     stopped in between is handed over at the next read (its ids up to the current step, cut at the stop by the
-    caller). Rows at or past ``n_real`` (batch padding) are never handed over.
+    caller). Rows at or past ``n_real`` (batch padding) are never handed over. ``between(sync)``, when given, is
+    called at each of those reads (`TransformersPolicy.generate`'s ``between_steps``).
     """
     import torch
     from transformers import StoppingCriteria
 
     class FinishedRows(StoppingCriteria):
         def __init__(self, prompt_len: int, stop_ids: Sequence[int], recorder: Any, n_real: int, on_row: Any,
-                     every: int = 8) -> None:
+                     every: int = 8, between: Any = None) -> None:
             self.prompt_len, self.recorder, self.n_real = prompt_len, recorder, n_real
-            self.on_row, self.every = on_row, every
+            self.on_row, self.every, self.between = on_row, every, between
             self.stop_ids = sorted(set(int(t) for t in stop_ids))
             self.done: torch.Tensor | None = None  # [B] bool: sampled a stop token
             self.told: torch.Tensor | None = None  # [B] bool: handed to on_row
@@ -107,6 +108,8 @@ def _finished_rows_class():
             self.calls += 1
             if self.calls % self.every == 0:
                 self.hand_over(input_ids)
+                if self.between is not None:
+                    self.between(_synchronizer(input_ids.device))
             return torch.zeros(b, dtype=torch.bool, device=input_ids.device)
 
         def hand_over(self, input_ids: torch.Tensor) -> None:
@@ -125,6 +128,14 @@ def _finished_rows_class():
                 self.on_row(i, ids, lps)
 
     return FinishedRows
+
+
+def _synchronizer(device: Any) -> Callable[[], None]:
+    """What finishes the work this process queued on ``device`` (nothing to do off CUDA)."""
+    import torch
+
+    device = torch.device(device)
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def cache_budget_from_free_memory(device: Any, fraction: float = 0.5) -> int | None:
@@ -285,9 +296,10 @@ class TransformersPolicy:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(self, conversations: Sequence[list[dict]], *,
-                 on_done: Callable[[int, Generation], None] | None = None) -> list[Generation]:
+                 on_done: Callable[[int, Generation], None] | None = None,
+                 between_steps: Callable[[Callable[[], None]], Any] | None = None) -> list[Generation]:
         prompts = [self.encode_conversation(m) for m in conversations]
-        return self.generate_from_ids(prompts, on_done=on_done)
+        return self.generate_from_ids(prompts, on_done=on_done, between_steps=between_steps)
 
     # -- engines -------------------------------------------------------------------------------------------
 
@@ -305,7 +317,8 @@ class TransformersPolicy:
         return "static" if getattr(self.device, "type", str(self.device)) == "cuda" else "generate"
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], *,
-                          on_done: Callable[[int, Generation], None] | None = None) -> list[Generation]:
+                          on_done: Callable[[int, Generation], None] | None = None,
+                          between_steps: Callable[[Callable[[], None]], Any] | None = None) -> list[Generation]:
         """Sample one response per prompt (token ids already templated); order is kept.
 
         ``on_done(i, generation)``: told of response i, once, before the call returns, so that its kernel can be
@@ -314,6 +327,9 @@ class TransformersPolicy:
         responses, and, when a cache budget or ``batch_size`` splits the call into batches, every response of a
         batch not told yet once that batch ends (a response run to the token limit among them). Responses of the
         last batch that were not told by then come only with the return.
+        ``between_steps(sync)``: called between decoding steps where the loop reads the device anyway (with
+        ``on_done``, in modes "generate" and "static"), ``sync()`` finishing the steps queued so far; it may block,
+        e.g. while a kernel is timed on this device (`kevin.sandbox.sandbox.DevicesInUse.step_aside`).
         The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
         """
         if not prompts:
@@ -339,7 +355,7 @@ class TransformersPolicy:
                     # several chunks: the last one is padded to the others' rows, so that the static KV cache and
                     # the compiled graphs keep one shape (a new row count reallocates the cache and recaptures)
                     raw = self._generate(chunk, static=(mode == "static"), rows=size if len(prompts) > size else None,
-                                         on_row=on_row)
+                                         on_row=on_row, between=between_steps if on_row is not None else None)
                 for prompt, (ids, lps) in zip(chunk, raw):
                     out.append(self._finish(prompt, ids, lps))
                 if on_done is not None and start + size < len(prompts):  # later batches to go: tell the rest now
@@ -412,7 +428,8 @@ class TransformersPolicy:
         )
 
     def _generate(self, prompts: list[list[int]], *, static: bool, rows: int | None = None,
-                  on_row: Callable[[int, list[int], list[float]], None] | None = None
+                  on_row: Callable[[int, list[int], list[float]], None] | None = None,
+                  between: Callable[[Callable[[], None]], Any] | None = None
                   ) -> list[tuple[list[int], list[float]]]:
         """One left-padded batch through our static-cache loop or HF ``generate``; per-row (ids, logprobs), padding kept.
 
@@ -455,6 +472,7 @@ class TransformersPolicy:
                     cache_length=self._cache_len, temperature=self.temperature, top_p=self.top_p,
                     stop_token_ids=self.stop_token_ids, compile_prefill=self.compile_prefill,
                     fuse_projections=self.fuse_projections, wait_rows=n_real, on_row=on_row,
+                    between=(lambda: between(_synchronizer(device))) if between is not None else None,
                 )
             return list(zip(sampled.tokens[:n_real].tolist(), sampled.logprobs[:n_real].tolist()))
 
@@ -467,7 +485,8 @@ class TransformersPolicy:
         processors.append(recorder)  # last: sees exactly the scores the token is drawn from
         criteria = {}
         if on_row is not None and self.stop_token_ids:
-            finished = _finished_rows_class()(input_ids.shape[1], self.stop_token_ids, recorder, n_real, on_row)
+            finished = _finished_rows_class()(input_ids.shape[1], self.stop_token_ids, recorder, n_real, on_row,
+                                              between=between)
             criteria = {"stopping_criteria": StoppingCriteriaList([finished])}
 
         with torch.no_grad():

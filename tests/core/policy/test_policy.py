@@ -189,6 +189,24 @@ def test_with_the_call_split_into_batches_each_batch_is_handed_over_when_it_ends
     assert all(told[i][0] == gens[i] for i in told)  # each at its own index (the batch's offset)
 
 
+@pytest.mark.parametrize("mode", ["generate", "static"])
+def test_between_steps_is_called_at_the_reads_of_the_device_while_the_longest_response_goes_on(tok, model, mode):
+    # the device is read every 8 steps (generate) or 16 (static); at each read the policy may step aside (a timing)
+    policy = TransformersPolicy(model, tok, max_new_tokens=64, mode=mode, stop_token_ids=EVERY_TENTH)
+    passes, calls = [], []
+    hook = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        torch.manual_seed(0)
+        gens = policy.generate(CONVERSATIONS * 2, on_done=lambda i, g: None,
+                               between_steps=lambda sync: calls.append((len(passes), sync())))
+    finally:
+        hook.remove()
+    longest, every = max(len(g.token_ids) for g in gens), 8 if mode == "generate" else 16
+    counts = [n for n, _ in calls]  # forward passes made at each call
+    assert longest > every and len(calls) >= longest // every  # (seed 0: the longest response is past one read)
+    assert all(b - a == every for a, b in zip(counts, counts[1:])) and counts[0] < len(passes)
+
+
 def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model):
     policy = TransformersPolicy(model, tok, max_new_tokens=2)
     g = policy.generate(CONVERSATIONS[:1])[0]

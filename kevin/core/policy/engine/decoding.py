@@ -381,6 +381,7 @@ def sample_static(
     check_every: int = 16,
     wait_rows: int | None = None,
     on_row: Callable[[int, list[int], list[float]], None] | None = None,
+    between: Callable[[], Any] | None = None,
 ) -> Sampled:
     """Sample ``max_new_tokens`` tokens per row of a left-padded batch with a static cache of ``cache_length`` slots.
 
@@ -397,6 +398,8 @@ def sample_static(
     when the first ``wait_rows`` rows have (the others are batch padding, whose tokens nobody reads).
     ``on_row(i, tokens, logprobs)``: at those checks, each real row that has stopped since, with its tokens so far
     (the caller cuts them at the stop), so that its response can be used before the longest row ends.
+    ``between()``: called at those checks too, after the device was read (the caller may block in it, e.g. while a
+    kernel is timed on this device).
 
     The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
     wraps a model's forward in (a full fine-tune kept in fp32 under bf16 mixed precision). Under autocast the
@@ -466,6 +469,8 @@ def sample_static(
                 if (t + 1) % check_every == 0:
                     if on_row is not None and not bool(broken):  # (a broken call raises: nothing of it is told)
                         told = _hand_over(tokens, logprobs, done, told, t + 1, on_row)
+                    if between is not None:
+                        between()
                     if bool(done.all()):
                         n = t + 1
                         break
