@@ -17,7 +17,7 @@ worker reported its timed loop over and its memory freed, a generate call or a c
 The references' own timings also hold the device alone and are not counted here: the sum is a lower bound on the
 step's held time. Last, the milliseconds of a decoding step in each generate call: its seconds over its longest
 response's tokens (a call's responses are told apart by their seconds per token, equal within a call: `decode_steps`),
-which includes the seconds the call stepped aside for timings (shown with each call, "aside").
+less the seconds the call stepped aside for timings (shown with each call, "aside", and counted as idle).
 """
 
 from __future__ import annotations
@@ -67,13 +67,14 @@ def rollouts_in_log(text: str) -> list[dict]:
 
 def waits(rollout: dict) -> dict[str, float]:
     """The policy's idle seconds (to the second): before its first call (prompts built), before its second (the first
-    turn's kernels judged), between later calls, after its last."""
+    turn's kernels judged), between later calls, after its last, and stepped aside inside its calls for timings."""
     start = rollout["end"] - rollout["wall"]
     spans = [(end - seconds, end) for end, seconds, *_ in rollout["calls"]]  # (the device wait counts as idle)
     gaps = [max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
     return {"setup": max(0.0, spans[0][0] - start) if spans else rollout["wall"],
             "first turn": gaps[0] if gaps else 0.0, "between": sum(gaps[1:]),
-            "tail": max(0.0, rollout["end"] - spans[-1][1]) if spans else 0.0}
+            "tail": max(0.0, rollout["end"] - spans[-1][1]) if spans else 0.0,
+            "aside": sum(call[4] for call in rollout["calls"])}
 
 
 def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:

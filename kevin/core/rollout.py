@@ -38,15 +38,16 @@ Two schedules, one output (each trajectory's turns depend only on its own prompt
   (``SandboxConfig.batch_deadline_s``) bounds each kernel from the start of its own call, which for a kernel sent
   during a generate call includes the rest of that call (its timing waits for the call to end).
 
-Costs. ``Turn.generation_s`` is its generate call's wall time shared out in proportion to each response's sampled
-tokens (an API's reported counts when it gives no ids; characters when some response has neither; evenly when all
-are empty): a long response occupied the batch longer. Generate calls never overlap, so the turns' generation
-seconds sum to the time the policy was busy. ``Turn.evaluation_s`` is the kernel's share of the sandbox's busy
-time, every moment's seconds split evenly among the kernels being judged at that moment (`busy_shares`; in
-lockstep: the batch's wall time shared evenly among its kernels, the same rule); 0.0 for a turn that never reached
-the sandbox. The turns' evaluation seconds therefore sum to the time the sandbox was busy, and with the rollout's
-wall time W: ``overlap_seconds`` = generation + evaluation - W is the time both worked at once, and
-W - generation the time the rollout waited on the sandbox alone (all of the evaluation seconds in lockstep).
+Costs. ``Turn.generation_s`` is its generate call's wall time (less the seconds it stepped aside for timings) shared
+out in proportion to each response's sampled tokens (an API's reported counts when it gives no ids; characters when
+some response has neither; evenly when all are empty): a long response occupied the batch longer. Generate calls
+never overlap, so the turns' generation seconds sum to the time the policy was busy. ``Turn.evaluation_s`` is the
+kernel's share of the sandbox's busy time, every moment's seconds split evenly among the kernels being judged at
+that moment (`busy_shares`; in lockstep: the batch's wall time shared evenly among its kernels, the same rule); 0.0
+for a turn that never reached the sandbox. The turns' evaluation seconds therefore sum to the time the sandbox was
+busy, and with the rollout's wall time W: ``overlap_seconds`` = generation + evaluation - W is the time both worked
+at once, and W - generation the time the rollout waited on the sandbox alone (all of the evaluation seconds in
+lockstep).
 
 The output is ordered task-major, then by trajectory index: ``out[b * G + g]`` is trajectory g of task b.
 
@@ -481,8 +482,9 @@ def rollout(
     eval_total = sum(turn.evaluation_s for tr in out for turn in tr.turns)
     wall = time.perf_counter() - started
     logger.info("rollout in %.1fs (%d groups): generation %.1fs, sandbox %.1fs, both at once %.1fs; the policy waited "
-                "%.1fs for the device", wall, len(bounds), gen_total, eval_total,
-                overlap_seconds(gen_total, eval_total, wall), pipeline.gate_wait_s if pipeline else 0.0)
+                "%.1fs for the device and stepped aside %.1fs for timings", wall, len(bounds), gen_total, eval_total,
+                overlap_seconds(gen_total, eval_total, wall), pipeline.gate_wait_s if pipeline else 0.0,
+                pipeline.aside_s if pipeline else 0.0)
     return out
 
 
@@ -610,9 +612,10 @@ class _Pipeline:
             generations, seconds = _generate(self.policy, [self.prompt(k) for k in rows],
                                              on_done if self.stream else None, between)
         aside = getattr(hold, "aside_s", 0.0)
-        self.generate_s, self.gate_wait_s, self.aside_s = seconds, self.gate_wait_s + waited, self.aside_s + aside
+        busy = seconds - aside  # the call's own seconds: stepped aside, the device was the sandbox's
+        self.generate_s, self.gate_wait_s, self.aside_s = busy, self.gate_wait_s + waited, self.aside_s + aside
         sent = sum(early)
-        for k, g, cost in zip(rows, generations, share(seconds, _generation_weights(generations))):
+        for k, g, cost in zip(rows, generations, share(busy, _generation_weights(generations))):
             if k in self.staged:  # (handed over early)
                 self.staged[k][3] = cost
             else:

@@ -198,7 +198,8 @@ class DeviceGate:
     so a timing let in first cannot add its kernel's group to that call, while every group in the call waits.
     With ``step_aside_after_s``, an ``in_use`` holder that calls `step_aside` between its decoding steps leaves the
     device to the timings that have waited that long, and comes back once they are done: a correct kernel is timed
-    within a decoding step or two instead of after the whole generate call, and its group's next turn is due sooner.
+    at the policy's next check between decoding steps, not after the whole generate call, and its group's next turn
+    is due sooner.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
@@ -269,27 +270,32 @@ class DeviceGate:
     def step_aside(self, before: Callable[[], Any] | None = None) -> float:
         """For an ``in_use()`` holder between two steps of its work: when a timing has waited ``step_aside_after_s``
         or longer, call ``before()`` (the holder's own device work finished: a CUDA synchronize), leave the device
-        until every timing waiting now has had it, then come back as ``in_use()`` is admitted. Seconds away (0.0 when
-        nothing waited long enough, or the gate has no ``step_aside_after_s``)."""
+        until every timing waiting now has had it (or given up), then come back as ``in_use()`` is admitted. Seconds
+        away: 0.0 when nothing waited long enough, the gate has no ``step_aside_after_s``, or another ``in_use()``
+        holder would keep the timing out anyway."""
         after = self.step_aside_after_s
+        if after is None:  # (without taking the lock, which a timing holds while it stops compiles)
+            return 0.0
         with self._cond:
-            if after is None or not self._waiting or time.monotonic() - min(self._waiting) < after:
+            if self._in_use > 1 or not self._waiting or time.monotonic() - min(self._waiting) < after:
                 return 0.0
         if before is not None:
             before()
         with self._cond:
-            left = time.monotonic()
+            left, away = time.monotonic(), False
             waiting = {ticket for _, ticket, _ in self._queue}
-            self._shared -= 1
-            self._in_use -= 1
-            self._cond.notify_all()
             try:  # back once none of them waits or holds the device alone (a timing's shared tail may go on)
+                self._shared -= 1
+                self._in_use -= 1
+                away = True
+                self._cond.notify_all()
                 self._cond.wait_for(lambda: not self._exclusive and not any(
                     ticket in waiting for _, ticket, _ in self._queue))
                 self._cond.wait_for(lambda: self._admits_shared(in_use=True))
             finally:  # (also on an interrupt: the caller's in_use() block still ends by giving the hold back)
-                self._shared += 1
-                self._in_use += 1
+                if away:
+                    self._shared += 1
+                    self._in_use += 1
             return time.monotonic() - left
 
     @contextlib.contextmanager
@@ -436,12 +442,9 @@ class DevicesInUse:
         self.aside_s = 0.0
 
     def step_aside(self, before: Callable[[], Any] | None = None) -> float:
-        """`DeviceGate.step_aside` on each gate in turn (``before`` once, at the first that steps aside)."""
-        away = 0.0
-        for gate in self.gates:
-            seconds = gate.step_aside(before)
-            if seconds:
-                away, before = away + seconds, None
+        """`DeviceGate.step_aside` on a sandbox of one device; with several the hold stays whole: the policy computes
+        on one of them, and stepping aside on each in turn would stall it for every device's timings."""
+        away = self.gates[0].step_aside(before) if len(self.gates) == 1 else 0.0
         self.aside_s += away
         return away
 

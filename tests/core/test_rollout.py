@@ -801,31 +801,47 @@ class _StreamingPolicy(_ByPromptPolicy):
         return out
 
 
-def test_a_policy_taking_between_steps_gets_a_hook_that_steps_its_device_hold_aside_for_a_waiting_timing():
+def _stepping_aside(hold_s=0.0):
+    """A rollout (1 task x 2 trajectories x 1 turn) whose policy, in its one call, waits for a timing to queue, then
+    calls its ``between_steps`` hook; the timing holds the device ``hold_s``. (trajectories, log)"""
     import threading
 
     gate, log = DeviceGate(policy_patience_s=30.0, step_aside_after_s=0.0), []
 
+    def timed():
+        with gate.exclusive():
+            time.sleep(hold_s)
+            log.append("timing")
+
     class Yielding(_StreamingPolicy):
         def generate(self, conversations, on_done=None, between_steps=None):
             if not log:  # the first call: a timing queues behind it, then the policy reaches a step
-                timed = threading.Thread(target=lambda: _timed(gate, log), daemon=True)
-                timed.start()
+                thread = threading.Thread(target=timed, daemon=True)
+                thread.start()
+                deadline = time.monotonic() + 10
                 while not gate._waiting:
+                    assert time.monotonic() < deadline, "the timing never queued"
                     time.sleep(0.01)
                 between_steps(lambda: log.append("synced"))
                 log.append("policy on")
-                timed.join(5)
+                thread.join(5)
             return super().generate(conversations, on_done)
 
-    rollout(Yielding(early=lambda i: False), _tasks(1), _KevinSandbox(_SleepySandbox(), gate), n_trajectories=2,
-            n_turns=1, progress=False)
-    assert log == ["synced", "timing", "policy on"] and gate._shared == 0
+    out = rollout(Yielding(early=lambda i: False), _tasks(1), _KevinSandbox(_SleepySandbox(), gate), n_trajectories=2,
+                  n_turns=1, progress=False)
+    assert gate._shared == 0
+    return out, log
 
 
-def _timed(gate, log):
-    with gate.exclusive():
-        log.append("timing")
+def test_a_policy_taking_between_steps_gets_a_hook_that_steps_its_device_hold_aside_for_a_waiting_timing():
+    _, log = _stepping_aside()
+    assert log == ["synced", "timing", "policy on"]
+
+
+def test_the_seconds_a_call_stepped_aside_are_not_counted_as_its_generation():
+    # the timing holds the device 0.3 s inside the call, which is otherwise instant: its turns share under 0.3 s
+    trajectories, _ = _stepping_aside(hold_s=0.3)
+    assert sum(turn.generation_s for tr in trajectories for turn in tr.turns) < 0.3
 
 
 def test_kernels_handed_over_during_a_generate_call_are_judged_before_it_returns():

@@ -210,10 +210,47 @@ def test_a_decoding_keeps_the_device_while_the_waiting_timing_is_younger_than_th
     with gate.in_use():
         timing = _start(gate.exclusive, log, "timing")
         _until(lambda: gate._waiting)
+        threading.Timer(2.0, timing[2].set).start()  # (were the policy to step aside, the timing ends after 2 s)
         assert gate.step_aside(before=lambda: log.append("synced")) == 0.0
         assert not timing[1].wait(0.3) and gate._in_use == 1
     _release_in_turn(timing)
     assert log == ["timing in", "timing out"]
+
+
+def test_a_decoding_that_stepped_aside_comes_back_when_the_timing_gives_up():
+    # a correctness run keeps the timing out until its 0.5 s timeout: the policy, away for it, comes back then
+    gate, log = DeviceGate(patience_s=30.0, policy_patience_s=30.0, step_aside_after_s=0.0), []
+    run = _start(gate.shared, log, "run")
+    assert run[1].wait(5)
+    with gate.in_use():
+        gave_up = []
+
+        def timing():
+            try:
+                with gate.exclusive(timeout=0.5):
+                    log.append("timing in")
+            except Exception as exc:
+                gave_up.append(type(exc).__name__)
+
+        threading.Thread(target=timing, daemon=True).start()
+        _until(lambda: gate._waiting)
+        away = gate.step_aside()
+        assert gate._in_use == 1 and gave_up == ["_Cancelled"] and 0.3 < away < 5.0
+    _release_in_turn(run)
+    assert "timing in" not in log
+
+
+def test_a_hold_of_several_devices_does_not_step_aside():
+    from kevin.sandbox.sandbox import DevicesInUse
+
+    gates, synced = [DeviceGate(step_aside_after_s=0.0) for _ in range(2)], []
+    with gates[0].in_use(), gates[1].in_use():
+        timing = _start(gates[0].exclusive, [], "timing")
+        _until(lambda: gates[0]._waiting)
+        threading.Timer(2.0, timing[2].set).start()  # (were the policy to step aside, the timing ends after 2 s)
+        assert DevicesInUse(gates).step_aside(before=lambda: synced.append(1)) == 0.0
+        assert not timing[1].is_set() and synced == []
+    _release_in_turn(timing)
 
 
 def test_a_sandboxs_devices_in_use_count_the_seconds_stepped_aside():

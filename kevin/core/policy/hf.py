@@ -108,7 +108,7 @@ def _finished_rows_class():
             self.calls += 1
             if self.calls % self.every == 0:
                 self.hand_over(input_ids)
-                if self.between is not None:
+                if self.between is not None and not bool(self.done[: self.n_real].all()):  # (else generate ends)
                     self.between(_synchronizer(input_ids.device))
             return torch.zeros(b, dtype=torch.bool, device=input_ids.device)
 
@@ -328,8 +328,8 @@ class TransformersPolicy:
         batch not told yet once that batch ends (a response run to the token limit among them). Responses of the
         last batch that were not told by then come only with the return.
         ``between_steps(sync)``: called between decoding steps where the loop reads the device anyway (with
-        ``on_done``, in modes "generate" and "static"), ``sync()`` finishing the steps queued so far; it may block,
-        e.g. while a kernel is timed on this device (`kevin.sandbox.sandbox.DevicesInUse.step_aside`).
+        ``on_done`` and stop tokens, in modes "generate" and "static"), ``sync()`` finishing the steps queued so far;
+        it may block, e.g. while a kernel is timed on this device (`kevin.sandbox.sandbox.DevicesInUse.step_aside`).
         The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
         """
         if not prompts:

@@ -469,7 +469,7 @@ def sample_static(
                 if (t + 1) % check_every == 0:
                     if on_row is not None and not bool(broken):  # (a broken call raises: nothing of it is told)
                         told = _hand_over(tokens, logprobs, done, told, t + 1, on_row)
-                    if between is not None:
+                    if between is not None and not bool(done.all()):  # (at the last check the loop ends)
                         between()
                     if bool(done.all()):
                         n = t + 1
