@@ -2,6 +2,7 @@ import json
 import math
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -206,6 +207,33 @@ def test_between_steps_is_called_at_the_reads_of_the_device_while_the_longest_re
     # a read before the longest response stopped: every multiple of `every` below its length (seed 0: one or more)
     assert longest > every and len(calls) >= (longest - 1) // every
     assert all(b - a == every for a, b in zip(counts, counts[1:])) and counts[0] < len(passes)
+
+
+def test_a_timing_waiting_on_the_device_gate_runs_inside_a_generate_call_that_steps_aside(tok, model):
+    from kevin.sandbox.sandbox import DeviceGate, DevicesInUse
+
+    gate, passes, timed_at = DeviceGate(policy_patience_s=30.0, step_aside_after_s=0.0), [], []
+
+    def timing():
+        with gate.exclusive():
+            timed_at.append(len(passes))  # forward passes the call had made when the timing ran
+
+    policy = TransformersPolicy(model, tok, max_new_tokens=64, mode="generate", stop_token_ids=EVERY_TENTH)
+    hook = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        with gate.in_use():
+            held, waiting = DevicesInUse([gate]), threading.Thread(target=timing, daemon=True)
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while not gate._waiting:
+                assert time.monotonic() < deadline, "the timing never queued"
+                time.sleep(0.01)
+            torch.manual_seed(0)
+            policy.generate(CONVERSATIONS * 2, on_done=lambda i, g: None, between_steps=held.step_aside)
+    finally:
+        hook.remove()
+    waiting.join(5)
+    assert timed_at and 0 < timed_at[0] < len(passes) and held.aside_s > 0  # mid-call, then the call went on
 
 
 def test_prompt_ids_are_the_chat_template_with_the_generation_prompt(tok, model):
