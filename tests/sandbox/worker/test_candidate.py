@@ -52,7 +52,6 @@ def test_a_candidate_exception_forging_the_harness_phase_is_reported_as_unknown(
     assert reported_phase(HarnessWriteError("OSError: no space")) == "harness"
 
 
-
 FORWARDS = """
 import sys
 from kevin.sandbox.build import extension
