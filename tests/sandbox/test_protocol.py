@@ -107,6 +107,27 @@ def test_the_gpu_timing_loop_returns_each_rechecks_output_at_its_secret_position
     assert torch.equal(run.recheck_outputs[p][0], torch.full((4096,), 6.0, device="cuda"))
 
 
+def test_inputs_are_left_pageable_without_a_gpu():
+    sets = [[torch.ones(4), 3]]
+    assert timing.pin(sets) == 0 and not sets[0][0].is_pinned() and sets[0][1] == 3
+
+
+@pytest.mark.gpu
+def test_the_timings_inputs_are_pinned_in_place_and_copied_whole():
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    sets = [[x, 7], [x * 2]]
+    assert timing.pin(sets) == 2 * (1 << 20) * 4  # two float32 tensors of 2^20 elements
+    assert sets[0][0].is_pinned() and sets[1][0].is_pinned() and sets[0][1] == 7
+    on = timing.on_device(sets, torch.device("cuda"))
+    assert torch.equal(on[0][0].cpu(), x) and torch.equal(on[1][0].cpu(), x * 2) and on[0][1] == 7
+
+
+@pytest.mark.gpu
+def test_inputs_past_the_cap_stay_pageable():
+    sets = [[torch.ones(1024)]]
+    assert timing.pin(sets, max_bytes=4095) == 0 and not sets[0][0].is_pinned()  # 1024 x 4 bytes > 4095
+
+
 def test_the_timing_loop_returns_each_rechecks_output_at_its_secret_position():
     seen = []
 

@@ -71,6 +71,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     # What decides is bound here, before any candidate code runs: replacing the module attributes later changes
     # nothing this function calls (and the tripwires report the replacement).
     time_calls, profiled_ops, op_inventory = timing.time_calls, _inventory.ProfiledOps, _inventory.OpInventory
+    pin, on_device = timing.pin, timing.on_device
     send, receive, mark = channel.send, channel.receive, channel.mark  # bound before the candidate runs
     warm_up_dispatch_mode()
     set_deterministic(True)
@@ -198,12 +199,14 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
               for i in range(sum(k.startswith("set0.") for k in outputs))]
     send("outputs", file=out_path, violations=violations, rules=sorted(rules), torch_ops=torch_ops)
+    if device.type == "cuda":  # while the parent compares and the timing waits its turn: a faster copy in the hold
+        tensors.clear()
+        pin(sets + rechecks)
     if receive() != "time":
         return
 
     # ---- timing: every timed call made alike; the rechecks' places are known only to time_calls
-    pool = [to_dev(s) for s in sets]
-    recheck_args = [to_dev(r) for r in rechecks]
+    pool, recheck_args = on_device(sets, device), on_device(rechecks, device)
 
     def null_call(args: list[Any]) -> Any:
         """The harness's stand-in for the forward in the null calls: fresh outputs of the forward's shapes."""
@@ -228,6 +231,14 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         flag("timed_calls", error)
     reported.update(run.audit_changes)
     audit("after timing")
+    if device.type == "cuda":
+        # The parent lets others onto the device on "released" (correctness runs, a decoding policy) and hands it to
+        # the next timing on the report, while this process lives on until it is killed: what the timing held (the
+        # pool, the rechecks' sources, the allocator's cache of its fresh inputs and kept copies: gigabytes at
+        # KernelBench sizes) goes back first, but for the rechecked calls' outputs, copied to the host after it.
+        del pool, recheck_args
+        torch.cuda.empty_cache()
+    send("released")
     re_out: dict[str, torch.Tensor] = {}
     positions = list(run.recheck_outputs)  # entry r: recheck r's position
     for r, p in enumerate(run.recheck_outputs):
@@ -238,14 +249,6 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         for i, o in enumerate(snap):
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
     run.recheck_outputs = {}
-    if device.type == "cuda":
-        # The parent lets others onto the device on "released" (correctness runs, a decoding policy) and hands it to
-        # the next timing on the report, while this process lives on until it is killed: what the timing held (the
-        # pool, the rechecks' sources, the allocator's cache of its fresh inputs and kept copies: gigabytes at
-        # KernelBench sizes) goes back first.
-        del pool, recheck_args
-        torch.cuda.empty_cache()
-    send("released")
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     harness_write(save_file, re_out, re_path, spec.get("recheck_bytes"))
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,

@@ -37,6 +37,7 @@ from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 
 from kevin.sandbox.worker import guards as _guards, inputs as _inputs, channel as _worker, timing
+from kevin.sandbox.worker.timing import on_device
 
 
 
@@ -236,11 +237,6 @@ def compiled(model: Any, pool: list[list[Any]], n_warmup: int) -> tuple[Callable
     return fn, time.perf_counter() - t0
 
 
-def on_device(sets: list[list[Any]], device: torch.device) -> list[list[Any]]:
-    """The argument lists ``sets`` with every tensor moved to ``device``."""
-    return [[v.to(device) if isinstance(v, torch.Tensor) else v for v in x] for x in sets]
-
-
 def time_baselines(model: Any, sets: list[list[Any]], names: list[str], job: dict[str, Any],
                    device: torch.device, alone: Callable[[], None] = lambda: None,
                    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -273,6 +269,7 @@ def time_baselines(model: Any, sets: list[list[Any]], names: list[str], job: dic
     del pool
     if device.type == "cuda":
         torch.cuda.empty_cache()
+        timing.pin(sets)  # while it waits: the copy inside the hold then runs at the link's speed
     alone()
     pool = on_device(sets, device)
     for name, (fn, settings, extra) in prepared.items():
