@@ -38,6 +38,7 @@ PHASE_TEXT = {
     "imported": "preparing the inputs",
     "model_ready": "running your kernel on the correctness inputs",
     "outputs": "running your kernel on the correctness inputs",
+    "pinned": "preparing the timing",
     "timing_begin": "timing your kernel",
     "timing_end": "timing your kernel",
 }
@@ -384,6 +385,12 @@ class CandidateRun:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
+        if not cpu:  # the worker pins the timing's inputs while the outputs are compared: copied inside the hold
+            limit = config.run_timeout_s  # after "pinned", they go at the link's speed
+            deadline = min(time.monotonic() + limit, self.deadline)
+            msg = self.worker.wait_for(("pinned",), deadline)
+            if msg is None or msg.event != "pinned":
+                return self._crash(msg, deadline, limit)
         with timing() as hold:
             t_time = marks["timing"] = time.monotonic()
             self.worker.send("time")

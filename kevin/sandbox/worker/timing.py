@@ -92,17 +92,22 @@ def pin(sets: list[list[Any]], max_bytes: int = PIN_MAX_BYTES) -> int:
     A timing copies its inputs to the device inside its hold on the device, and a pageable copy is staged through a
     driver buffer at a fraction of the link's bandwidth: pinned while the process waits for its turn, they copy at
     full speed. One tensor at a time, so each pageable original is freed (if nothing else holds it) before the next
-    is pinned. Nothing moves (0) without CUDA, or when the tensors pass ``max_bytes`` in all.
+    is pinned. Nothing moves (0) without CUDA, or when the tensors pass ``max_bytes`` in all; what the driver
+    cannot pin stays pageable (the bytes pinned before it are returned).
     """
     host = [x for s in sets for x in s if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
-    total = sum(x.numel() * x.element_size() for x in host)
-    if not host or total > max_bytes or not torch.cuda.is_available():
+    if sum(x.numel() * x.element_size() for x in host) > max_bytes or not host or not torch.cuda.is_available():
         return 0
+    done = 0
     for s in sets:
         for j, x in enumerate(s):
             if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not x.is_pinned():
-                s[j] = x.pin_memory()
-    return total
+                try:
+                    s[j] = x.pin_memory()
+                except RuntimeError:
+                    return done
+                done += x.numel() * x.element_size()
+    return done
 
 
 def on_device(sets: list[list[Any]], device: torch.device) -> list[list[Any]]:
