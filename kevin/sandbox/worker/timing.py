@@ -84,6 +84,7 @@ def l2_cache_bytes(device: torch.device) -> int:
 
 
 PIN_MAX_BYTES = 4 << 30  # CUDA: the most input bytes one process page-locks (that memory cannot be swapped out)
+_PIN_MEMORY = torch.Tensor.pin_memory  # bound at import, before any candidate code runs in the process
 
 
 def pin(sets: list[list[Any]], max_bytes: int = PIN_MAX_BYTES) -> int:
@@ -103,7 +104,7 @@ def pin(sets: list[list[Any]], max_bytes: int = PIN_MAX_BYTES) -> int:
         for j, x in enumerate(s):
             if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not x.is_pinned():
                 try:
-                    s[j] = x.pin_memory()
+                    s[j] = _PIN_MEMORY(x)
                 except RuntimeError:
                     return done
                 done += x.numel() * x.element_size()
