@@ -80,7 +80,8 @@ def waits(rollout: dict) -> dict[str, float]:
 def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
     """Phase seconds of the step's kernels judged afresh, and how many were judged afresh and reused. Three more lists
     for the kernels that were timed: "hold wait" (compared -> timing in the judge's timeline), "held" (timing ->
-    rechecked, or -> timed for a timing that ended in a crash) and "alone" (timing -> shared, else as "held")."""
+    rechecked, or -> timed for a timing that ended in a crash) and "alone" (timing -> shared, else as "held"); two for
+    the alone part around the timed loop: "before loop" (timing -> timing_begin) and "after loop" (timing_end -> shared)."""
     phases: dict[str, list[float]] = defaultdict(list)
     fresh = reused = 0
     with gzip.open(path, "rt") as f:
@@ -102,6 +103,9 @@ def kernel_phases(path: Path) -> tuple[dict[str, list[float]], int, int]:
                     phases["hold wait"].append(marks["timing"] - marks["compared"])
                     phases["held"].append(end - marks["timing"])
                     phases["alone"].append(marks.get("shared", end) - marks["timing"])
+                    if "timing_begin" in marks and "timing_end" in marks:
+                        phases["before loop"].append(marks["timing_begin"] - marks["timing"])
+                        phases["after loop"].append(marks.get("shared", end) - marks["timing_end"])
     return phases, fresh, reused
 
 
@@ -134,6 +138,7 @@ def main(argv: list[str]) -> None:
             phases, fresh, reused = kernel_phases(files[k - 1])
             if fresh:
                 held, wait, alone = phases.pop("held", []), phases.pop("hold wait", []), phases.pop("alone", [])
+                before, after = phases.pop("before loop", []), phases.pop("after loop", [])
                 print(f"  {fresh} kernels judged afresh, {reused} reused; phase seconds mean/max: " + ", ".join(
                     f"{p} {sum(v) / len(v):.1f}/{max(v):.1f}" for p, v in phases.items()))
                 if held:
@@ -141,6 +146,9 @@ def main(argv: list[str]) -> None:
                           f"{sum(held) / len(held):.1f}s; alone {sum(alone):.1f}s, the rest shared after the "
                           f"timed loop), after {sum(wait) / len(wait):.1f}s on average from their outputs compared "
                           f"(max {max(wait):.1f}s)")
+                if before:
+                    print(f"  alone in a hold around its timed loop, mean/max: before {sum(before) / len(before):.2f}/"
+                          f"{max(before):.2f}s, after {sum(after) / len(after):.2f}/{max(after):.2f}s")
             steps_ms = [f"{1000 * s / longest:.0f}" for s, _, longest in decode_steps(files[k - 1])]
             print(f"  ms a decoding step, per call (longest call first): {', '.join(steps_ms)}")
 
