@@ -385,8 +385,8 @@ class CandidateRun:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        if not cpu:  # the worker pins the timing's inputs while the outputs are compared: copied inside the hold
-            limit = config.run_timeout_s  # after "pinned", they go at the link's speed
+        if not cpu:  # the worker pins the timing's inputs while the outputs are compared; the hold is asked for
+            limit = config.run_timeout_s  # once they are, so their copy to the device inside it runs at full speed
             deadline = min(time.monotonic() + limit, self.deadline)
             msg = self.worker.wait_for(("pinned",), deadline)
             if msg is None or msg.event != "pinned":
