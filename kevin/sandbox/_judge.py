@@ -223,6 +223,21 @@ def _output_bytes(golden: _golden_run.Golden, prefix: str) -> int:
     return sum(t.nbytes for k, t in golden.outputs.items() if k.startswith(prefix))
 
 
+def pinned_need(golden: _golden_run.Golden) -> int | None:
+    """Page-locked bytes a candidate's worker holds once it pins ``golden``'s input sets and rechecks
+    (`.worker.timing.pin`): each tensor rounded up to a power of two, as PyTorch's pinned allocator rounds it. None
+    when the golden data does not give its tensors' sizes.
+
+    >>> pinned_need(_golden_run.Golden("k", meta={"sets": [{"inputs": [{"kind": "tensor", "nbytes": 3000}]}]}))
+    4096
+    """
+    entries = [e for part in ("sets", "rechecks") for s in golden.meta.get(part, []) for e in s["inputs"]
+               if e["kind"] == "tensor"]
+    if any("nbytes" not in e for e in entries):
+        return None
+    return sum(1 << (n - 1).bit_length() for n in (int(e["nbytes"]) for e in entries) if n > 0)
+
+
 class CandidateRun:
     """One candidate's process, from spawn to verdict. Always `close` it (kills its process group)."""
 
@@ -326,7 +341,7 @@ class CandidateRun:
     def judge(self, golden: _golden_run.Golden, *, baseline_ms: float | None, reference_ms: float | None = None,
               checks: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
               timing: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-              compare_on: str = "cpu") -> EvalResult:
+              compare_on: str = "cpu", pin_bytes: int = 0) -> EvalResult:
         """Run the correctness sets inside ``checks()`` and the timing inside ``timing()``, then decide.
 
         The Sandbox passes its device gate: correctness runs may share the device, a timed loop has it alone.
@@ -334,7 +349,8 @@ class CandidateRun:
         (`SandboxConfig.checks_timeout_s`). The outputs are compared on ``compare_on`` (the parent's own copies
         of both sides, moved there): the correctness sets' inside ``checks()``, the timed calls' rechecks inside
         ``timing()``, each before the device is handed on; so are the built-library checks after each on the CPU
-        backend, whose ``nm`` runs on the cores a timing is measured on (`check_libraries`).
+        backend, whose ``nm`` runs on the cores a timing is measured on (`check_libraries`). ``pin_bytes`` (CUDA): the
+        page-locked host memory the worker may take for its inputs while its outputs are compared (0: none).
         """
         config, cpu = self.config, self.backend == "cpu"
         marks: dict[str, float] = {}
@@ -348,6 +364,7 @@ class CandidateRun:
             "init_inputs": golden.meta["init_inputs"], "init_seed": golden.meta["init_seed"],
             # the reference's output sizes (not secret): past them, a failed write of the outputs is the kernel's
             "output_bytes": _output_bytes(golden, "set"), "recheck_bytes": _output_bytes(golden, "re"),
+            "pin_bytes": 0 if cpu else int(pin_bytes),
         }
         self.details["set_names"] = list(golden.meta.get("set_names", []))
         with checks():
@@ -385,12 +402,12 @@ class CandidateRun:
             return EvalResult("correct", feedback.correct_feedback(None, None), max_abs_error=verdict.max_abs_error,
                               max_rel_error=verdict.max_rel_error, details=self.details)
 
-        if not cpu:  # the worker pins the timing's inputs while the outputs are compared; the hold is asked for
-            limit = config.run_timeout_s  # once they are, so their copy to the device inside it runs at full speed
+        if spec["pin_bytes"]:  # the worker pins the timing's inputs while the outputs are compared; the hold is asked
+            limit = config.run_timeout_s  # for once they are, so their copy to the device inside it runs at full speed
             deadline = min(time.monotonic() + limit, self.deadline)
             msg = self.worker.wait_for(("pinned",), deadline)
             if msg is None or msg.event != "pinned":
-                return self._crash(msg, deadline, limit)
+                return self._crash(msg, deadline, limit, phase="preparing the timing")
         with timing() as hold:
             t_time = marks["timing"] = time.monotonic()
             self.worker.send("time")
@@ -506,10 +523,12 @@ class CandidateRun:
                 return reason, ["dynamic/recheck"]
         return None
 
-    def _crash(self, msg: _process.Message | None, deadline: float, limit_s: float) -> EvalResult:
-        """The status for a run that ended without the message it owed: error, garbage, timeout or death."""
+    def _crash(self, msg: _process.Message | None, deadline: float, limit_s: float,
+               phase: str | None = None) -> EvalResult:
+        """The status for a run that ended without the message it owed: error, garbage, timeout or death. ``phase``:
+        what the run was doing, when its last message does not say."""
         last = next((m.event for m in reversed(self.worker.messages) if m.event in PHASE_TEXT), "")
-        phase = PHASE_TEXT[last]
+        phase = phase or PHASE_TEXT[last]
         details = self.details
         if msg is not None and msg.event == "error":
             where = str(msg.data.get("phase", "unknown"))

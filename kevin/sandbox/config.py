@@ -91,6 +91,10 @@ class SandboxConfig:
     """free bytes the Sandbox leaves on the disk of its scratch directory: below it, golden data no pending candidate
     needs is dropped, and each task's golden is computed again for every use (slow; said once in the log).
     Candidates write their outputs there too, up to gigabytes each at KernelBench sizes. None = no reserve"""
+    pinned_host_bytes: int = 16 << 30
+    """CUDA: page-locked host memory that the candidates waiting for their timings may hold, all together. A candidate
+    whose input sets and rechecks fit what is left pins them while its outputs are compared, so that their copy to
+    the device inside its timing's hold runs at full speed; the others copy from pageable memory. 0 = never pin"""
     kernel_inventory: bool = True
     """reject a forward that dispatches PyTorch compute operators (from Python or C++): hacks A1-A5"""
     workers: int = max(1, (os.cpu_count() or 1))
@@ -187,6 +191,8 @@ class SandboxConfig:
             raise ValueError("n_rechecks must be between 1 and n_trials when measure_speed is on")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.pinned_host_bytes < 0:
+            raise ValueError("pinned_host_bytes must be >= 0 bytes")
         if self.min_free_disk_bytes is not None and self.min_free_disk_bytes < 0:
             raise ValueError("min_free_disk_bytes must be >= 0 bytes (or None)")
         if not 0 <= self.launch_cover_us <= 1e5:  # NaN and inf fail too

@@ -565,6 +565,25 @@ class _Entry:
         self.result: EvalResult | None = None
 
 
+class _ByteBudget:
+    """Bytes shared by threads: `take(n)` hands out n of them only if n are left; `give(n)` returns them."""
+
+    def __init__(self, capacity: int) -> None:
+        self.left = capacity
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if n > self.left:
+                return False
+            self.left -= n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.left += n
+
+
 class _Verdicts:
     """The verdicts of a Sandbox's candidates by (task source, candidate source), the ``capacity`` most recent, until
     `Sandbox.forget_verdicts` (`kevin.core.rollout.rollout` calls it at its start: one rollout's policy is fixed).
@@ -727,6 +746,7 @@ class Sandbox:
                                     min_free=(self._root, self.config.min_free_disk_bytes))
         self._prefetching: set[str] = set()  # golden keys being computed ahead of their candidates' judging
         self._verdicts = _Verdicts()  # by (task source, candidate source): a twin's verdict is reused
+        self._pinned = _ByteBudget(self.config.pinned_host_bytes)  # page-locked inputs of candidates awaiting timings
         self._baselines: dict[str, dict[str, float]] = {}  # baseline key -> {name: ms} (never read from disk)
         self._rechecks: dict[str, threading.Lock] = {}  # baseline key -> held while the reference is timed again
         self._rechecked: set[str] = set()  # baseline keys whose reference was timed twice (`_rechecked_baselines`)
@@ -944,6 +964,7 @@ class Sandbox:
             except BaseException:
                 run.close()
                 raise
+        pinned = 0  # bytes of the pinned-input budget this candidate holds
         try:
             # the built libraries' check, after the compile's admission: its nm holds the device like a check run
             libraries = state.within(self._devices.gates[slot].shared)
@@ -965,10 +986,13 @@ class Sandbox:
                 gate = self._devices.gates[slot]
                 first = state.arrived  # timed in the order the candidates arrived (`DeviceGate`)
                 checks = functools.partial(gate.alone, priority=first) if alone else gate.shared
+                need = _judge.pinned_need(golden) if self.backend == "cuda" and self.config.measure_speed else None
+                pinned = need if need and self._pinned.take(need) else 0  # given back once the process is gone
                 result = run.judge(golden, baseline_ms=baselines.get(self.config.baseline),
                                    reference_ms=baselines.get("eager"), compare_on=self._compare_device(slot),
                                    checks=state.within(checks, "correctness"),
-                                   timing=state.within(functools.partial(gate.exclusive, priority=first), "timing"))
+                                   timing=state.within(functools.partial(gate.exclusive, priority=first), "timing"),
+                                   pin_bytes=pinned)
                 rechecked = self._rechecked_baselines(task_src, slot, result.speedup, state) if result.correct else None
                 if rechecked and rechecked != baselines:  # judged against a first timing that a second one beat
                     return self._with_baselines(result, rechecked), zygote, True
@@ -977,6 +1001,7 @@ class Sandbox:
                 self._golden.release(golden_key)
         finally:
             run.close()
+            self._pinned.give(pinned)
 
     def _prefetch_golden(self, task_src: str, slot: Any) -> None:
         """On CUDA, compute a task's golden data and baseline on ``slot`` while its candidates compile.

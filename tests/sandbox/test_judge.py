@@ -393,3 +393,36 @@ def test_a_candidates_compilers_run_at_or_below_its_workers_priority(monkeypatch
                               scratch_parent=str(tmp_path))
     run.close()
     assert (_NoWorker.jobs[0]["niceness"], _NoWorker.jobs[0]["compile_niceness"]) == (worker, compilers)
+
+
+# --- the pinned inputs' budget (kevin.sandbox._judge.pinned_need, kevin.sandbox.sandbox._ByteBudget)
+
+def test_pinned_inputs_are_counted_as_the_pinned_allocator_rounds_them():
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox._judge import pinned_need
+
+    tensor = lambda n: {"kind": "tensor", "nbytes": n}  # noqa: E731
+    meta = {"sets": [{"inputs": [tensor(512 << 20), {"kind": "value", "value": 3}]}],
+            "rechecks": [{"inputs": [tensor(3000)]}, {"inputs": [tensor(0)]}]}
+    assert pinned_need(Golden("k", meta=meta)) == (512 << 20) + 4096  # 2^29 stays; 3000 -> 4096; 0 -> nothing
+
+
+def test_golden_data_without_sizes_pins_nothing():
+    from kevin.sandbox._golden_run import Golden
+    from kevin.sandbox._judge import pinned_need
+
+    assert pinned_need(Golden("k", meta={"sets": [{"inputs": [{"kind": "tensor"}]}]})) is None
+
+
+def test_the_pinned_budget_hands_out_only_what_is_left_and_takes_it_back():
+    from kevin.sandbox.sandbox import _ByteBudget
+
+    budget = _ByteBudget(10)
+    assert budget.take(6) and not budget.take(5) and budget.take(4)  # 6 + 4 = 10; 5 more would pass it
+    budget.give(6)
+    assert budget.take(5) and budget.left == 1
+
+
+def test_a_negative_pinned_budget_is_refused():
+    with pytest.raises(ValueError, match="pinned_host_bytes"):
+        SandboxConfig(pinned_host_bytes=-1)

@@ -110,17 +110,35 @@ def test_the_gpu_timing_loop_returns_each_rechecks_output_at_its_secret_position
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the inputs are pinned")
 def test_inputs_are_left_pageable_without_a_gpu():
     sets = [[torch.ones(4), 3]]
-    assert timing.pin(sets) == 0 and not sets[0][0].is_pinned() and sets[0][1] == 3
+    assert timing.pin(sets, max_bytes=1 << 20) == 0 and not sets[0][0].is_pinned() and sets[0][1] == 3
 
 
 @pytest.mark.gpu
 def test_the_timings_inputs_are_pinned_in_place_and_copied_whole():
-    x = torch.arange(1 << 20, dtype=torch.float32)
-    sets = [[x, 7], [x * 2]]
-    assert timing.pin(sets) == 2 * (1 << 20) * 4  # two float32 tensors of 2^20 elements
+    x = torch.arange(1 << 24, dtype=torch.float32)
+    sets = [[x.clone(), 7], [x * 2]]
+    assert timing.pin(sets, max_bytes=1 << 30) == 2 * (1 << 24) * 4  # two float32 tensors of 2^24 elements
     assert sets[0][0].is_pinned() and sets[1][0].is_pinned() and sets[0][1] == 7
     on = timing.on_device(sets, torch.device("cuda"))
+    sets[0][0].zero_()  # the asynchronous copy must be over when on_device returns
     assert torch.equal(on[0][0].cpu(), x) and torch.equal(on[1][0].cpu(), x * 2) and on[0][1] == 7
+
+
+def test_what_cannot_be_pinned_stays_pageable_and_the_pinned_bytes_are_counted(monkeypatch):
+    calls = []
+
+    def flaky(x):  # the driver pins the first tensor, then runs out of page-locked memory
+        calls.append(x)
+        if len(calls) > 1:
+            raise RuntimeError("out of pinned memory")
+        return x.clone()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(timing, "_PIN_MEMORY", flaky)
+    a, b = torch.ones(4), torch.ones(8)
+    sets = [[a], [b]]
+    assert timing.pin(sets, max_bytes=1 << 20) == 16  # a's 4 float32 elements; b left as it was
+    assert sets[0][0] is not a and sets[1][0] is b
 
 
 @pytest.mark.gpu

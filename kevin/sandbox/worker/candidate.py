@@ -199,10 +199,10 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     shapes = [(outputs[f"set0.out{i}"].shape, outputs[f"set0.out{i}"].dtype)
               for i in range(sum(k.startswith("set0.") for k in outputs))]
     send("outputs", file=out_path, violations=violations, rules=sorted(rules), torch_ops=torch_ops)
-    if device.type == "cuda":  # while the parent compares: the copy inside the timing's hold then runs at full speed
-        tensors.clear()
-        pin(sets + rechecks)
-        send("pinned")  # the parent asks for the hold after this
+    if device.type == "cuda" and int(spec.get("pin_bytes", 0)) > 0:  # while the parent compares: the copy inside
+        tensors.clear()  # the timing's hold then runs at full speed; the parent asks for the hold after "pinned"
+        pin(sets + rechecks, max_bytes=int(spec["pin_bytes"]))
+        send("pinned")
     if receive() != "time":
         return
 
@@ -250,6 +250,9 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
         for i, o in enumerate(snap):
             re_out[f"re{r}.out{i}"] = o.to("cpu").contiguous()
     run.recheck_outputs = {}
+    if device.type == "cuda":
+        snap = o = None  # the loop's last references
+        torch.cuda.empty_cache()  # their device memory too, before the device goes to the next timing on the report
     re_path = os.path.join(os.getcwd(), "rechecks.safetensors")
     harness_write(save_file, re_out, re_path, spec.get("recheck_bytes"))
     send("report", timing=run.summary(), recheck_file=re_path, recheck_positions=positions,

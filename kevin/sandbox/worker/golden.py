@@ -106,7 +106,7 @@ def input_entries(inputs: list[Any], prefix: str, tensors: dict[str, torch.Tenso
     for j, x in enumerate(inputs):
         if isinstance(x, torch.Tensor):
             tensors[f"{prefix}.in{j}"] = x.detach().to("cpu").contiguous().clone()
-            spec.append({"kind": "tensor"})
+            spec.append({"kind": "tensor", "nbytes": x.numel() * x.element_size()})
         else:
             spec.append({"kind": "value", "value": jsonable(x)})
     return spec
@@ -269,7 +269,6 @@ def time_baselines(model: Any, sets: list[list[Any]], names: list[str], job: dic
     del pool
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        timing.pin(sets)  # while it waits: the copy inside the hold then runs at the link's speed
     alone()
     pool = on_device(sets, device)
     for name, (fn, settings, extra) in prepared.items():

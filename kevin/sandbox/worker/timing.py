@@ -83,11 +83,10 @@ def l2_cache_bytes(device: torch.device) -> int:
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
 
 
-PIN_MAX_BYTES = 4 << 30  # CUDA: the most input bytes one process page-locks (that memory cannot be swapped out)
 _PIN_MEMORY = torch.Tensor.pin_memory  # bound at import, before any candidate code runs in the process
 
 
-def pin(sets: list[list[Any]], max_bytes: int = PIN_MAX_BYTES) -> int:
+def pin(sets: list[list[Any]], max_bytes: int) -> int:
     """Move the host tensors of the argument lists ``sets`` into page-locked memory, in place; returns the bytes.
 
     A timing copies its inputs to the device inside its hold on the device, and a pageable copy is staged through a
