@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Sequence
 
 from . import _process
+from kevin.sandbox.build import harness as _harness
 from .config import SandboxConfig
 
 
@@ -85,6 +86,7 @@ def run_golden(
     shared: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     alone: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     zygote: _process.Zygote | None = None,
+    permute_lib: str | None = None,
 ) -> dict[str, Golden]:
     """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
 
@@ -116,6 +118,9 @@ def run_golden(
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
     }
+    if gpu is not None:  # the CUDA worker's fresh inputs need the sandbox's permutation kernel
+        job["permute_lib"] = permute_lib or _harness.permute_library(config.resolved_cache_dir(),
+                                                                     _harness.default_arch())
     worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=scratch, env=worker_env(scratch, gpu),
                              zygote=zygote, data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))

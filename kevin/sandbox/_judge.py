@@ -243,7 +243,7 @@ class CandidateRun:
 
     def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
                  arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None,
-                 deadline: float = float("inf"), scratch_parent: str | None = None):
+                 deadline: float = float("inf"), scratch_parent: str | None = None, permute_lib: str | None = None):
         self.config = config
         self.deadline = deadline  # the batch's (monotonic): every wait ends by then as well as by its own limit
         self.backend = backend
@@ -263,6 +263,8 @@ class CandidateRun:
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
             "niceness": _process.niceness(backend), "compile_niceness": _process.compile_niceness(backend),
         }
+        if permute_lib:
+            job["permute_lib"] = permute_lib
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}
         if arch:

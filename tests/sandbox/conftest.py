@@ -25,6 +25,19 @@ def cache_dir(tmp_path_factory, with_shared_pch) -> str:
 
 
 @pytest.fixture(scope="session")
+def permute_kernel(tmp_path_factory) -> str:
+    """The sandbox's CUDA permutation kernel (`kevin.sandbox.build.harness`), built and bound in this process's timing
+    module, as a worker binds it."""
+    from kevin.sandbox.build import harness
+    from kevin.sandbox.worker import timing
+
+    cache = os.environ.get("KEVIN_TEST_CACHE_DIR") or str(tmp_path_factory.mktemp("harness"))
+    path = harness.permute_library(cache, harness.default_arch())
+    timing.load_permute(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def full_sandbox(cache_dir) -> Sandbox:
     """Every layer on: static checks, operator inventory, dynamic checks."""
     return Sandbox("cpu", _config(cache_dir))

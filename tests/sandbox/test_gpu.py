@@ -159,7 +159,7 @@ def test_the_sleep_calibration_reads_an_sm_clock():
 
 
 @pytest.mark.gpu
-def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window():
+def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window(permute_kernel):
     import random
     import time
 
@@ -187,7 +187,7 @@ def test_the_launch_cover_keeps_a_slow_host_launch_out_of_the_window():
 
 
 @pytest.mark.gpu
-def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize():
+def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize(permute_kernel):
     import random
 
     import torch
@@ -210,7 +210,7 @@ def test_work_left_on_a_side_stream_is_timed_to_the_device_wide_synchronize():
 
 
 @pytest.mark.gpu
-def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
+def test_a_call_on_the_current_stream_is_timed_to_its_own_end(permute_kernel):
     import random
 
     import torch
@@ -226,7 +226,7 @@ def test_a_call_on_the_current_stream_is_timed_to_its_own_end():
 
 
 @pytest.mark.gpu
-def test_a_slow_synchronize_on_the_host_is_not_taken_for_work_left_behind(monkeypatch):
+def test_a_slow_synchronize_on_the_host_is_not_taken_for_work_left_behind(permute_kernel, monkeypatch):
     import random
     import time
 

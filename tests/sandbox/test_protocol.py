@@ -71,17 +71,51 @@ def test_a_recheck_reaches_its_call_through_the_same_permute_and_gather_as_any_c
     assert torch.equal(fresh.make(fresh.source_for(golden, 5), 5)[0], golden[0])
 
 
-def test_the_gpu_permutation_is_a_permutation_fixed_by_its_seed():
-    # the order of random keys (torch's generator, run here on the CPU): every index once, the same for the same seed
-    a = timing._key_order(1000, torch.Generator().manual_seed(5))
-    b = timing._key_order(1000, torch.Generator().manual_seed(5))
-    c = timing._key_order(1000, torch.Generator().manual_seed(6))
-    assert a.dtype == torch.int64 and torch.equal(a.sort().values, torch.arange(1000))
-    assert torch.equal(a, b) and not torch.equal(a, c)
+def test_the_gpu_permutations_round_keys_are_splitmix64s_stream_six_per_tensor():
+    # splitmix64 seeded with 0 starts 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, ... (its published reference outputs)
+    keys = timing._round_keys(0)
+    first, second = list(next(keys)), list(next(keys))
+    assert first[:2] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4] and len(first) == 6 and len(set(first + second)) == 12
 
 
 @pytest.mark.gpu
-def test_fresh_inputs_on_a_gpu_keep_every_value_at_new_addresses():
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, (1 << 20) + 7])
+def test_the_gpu_permutation_moves_every_index_once_and_is_fixed_by_its_seed(permute_kernel, n):
+    src = torch.arange(n, device="cuda")
+
+    def gathered(seed):
+        out = torch.empty_like(src)
+        timing._permute(out, src, next(timing._round_keys(seed)), scatter=False)
+        return out
+
+    a, b, c = gathered(5), gathered(5), gathered(6)
+    assert torch.equal(a.sort().values, src) and torch.equal(a, b)
+    assert n <= 3 or not torch.equal(a, c)  # (of 3 indices or fewer, two seeds may well agree)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float32, torch.float64, torch.complex128])
+def test_the_gpu_scatter_undoes_the_gather_for_every_element_size(permute_kernel, dtype):
+    x = (torch.arange(4099, device="cuda") % 251).to(dtype)  # 4099: not a power of two, so the walk cycles
+    keys = next(timing._round_keys(11))
+    moved, back = torch.empty_like(x), torch.empty_like(x)
+    timing._permute(moved, x, keys, scatter=False)
+    timing._permute(back, moved, keys, scatter=True)
+    assert torch.equal(back, x) and not torch.equal(moved, x)
+
+
+@pytest.mark.gpu
+def test_the_gpu_permutation_sends_neighbours_far_apart(permute_kernel):
+    # no locality a roll or a blocked shuffle would keep: for a random permutation the mean distance between the
+    # places of i and i + 1 is n / 3; a shift keeps it at 1
+    n = 1 << 20
+    p = torch.empty(n, dtype=torch.int64, device="cuda")
+    timing._permute(p, torch.arange(n, device="cuda"), next(timing._round_keys(3)), scatter=False)
+    assert (p[1:] - p[:-1]).abs().double().mean().item() > n / 4
+
+
+@pytest.mark.gpu
+def test_fresh_inputs_on_a_gpu_keep_every_value_at_new_addresses(permute_kernel):
     pool = [[torch.arange(1 << 20, dtype=torch.float32, device="cuda")]]
     fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=1 << 30)
     a, b = fresh(0)[0], fresh(1)[0]
@@ -90,7 +124,7 @@ def test_fresh_inputs_on_a_gpu_keep_every_value_at_new_addresses():
 
 
 @pytest.mark.gpu
-def test_a_recheck_on_a_gpu_reaches_its_call_through_the_same_permute_and_gather_as_any_call():
+def test_a_recheck_on_a_gpu_reaches_its_call_through_the_same_permute_and_gather_as_any_call(permute_kernel):
     fresh = timing.FreshInputs([], rng=random.Random(0), keep_alive_bytes=1 << 30)
     golden = [torch.arange(1 << 20, dtype=torch.float32, device="cuda") * 3, torch.arange(7, device="cuda")]
     out = fresh.make(fresh.source_for(golden, 5), 5)
@@ -98,7 +132,7 @@ def test_a_recheck_on_a_gpu_reaches_its_call_through_the_same_permute_and_gather
 
 
 @pytest.mark.gpu
-def test_the_gpu_timing_loop_returns_each_rechecks_output_at_its_secret_position():
+def test_the_gpu_timing_loop_returns_each_rechecks_output_at_its_secret_position(permute_kernel):
     golden = [torch.full((4096,), 3.0, device="cuda")]
     run = timing.time_calls(lambda a: a[0] * 2, [[torch.randn(4096, device="cuda")]], device=torch.device("cuda"),
                             n_warmup=2, n_trials=12, budget_s=10, rng=random.Random(0), rechecks=[golden])

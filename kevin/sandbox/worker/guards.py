@@ -100,8 +100,8 @@ def _trusted_objects() -> dict[str, Any]:
     # report channel (the worker binds them before the candidate's import; replacing them is still reported)
     from kevin.sandbox.worker import inventory as _inventory, channel as _worker, timing
 
-    for name in ("time_calls", "FreshInputs", "_snapshot", "_refill", "_gather", "_key_order", "_wipe", "_bits",
-                 "_allocator_owned", "median"):
+    for name in ("time_calls", "FreshInputs", "_snapshot", "_refill", "_gather", "_permute", "_PERMUTE",
+                 "_round_keys", "_wipe", "_bits", "_allocator_owned", "median"):
         objs[f"kevin.sandbox.worker.timing.{name}"] = getattr(timing, name, None)
     for name in ("make", "source_for", "_indices", "_new_buffer"):
         objs[f"kevin.sandbox.worker.timing.FreshInputs.{name}"] = vars(timing.FreshInputs).get(name)

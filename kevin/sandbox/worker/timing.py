@@ -204,8 +204,9 @@ class FreshInputs:
 
     `make(source, seed)` permutes every tensor of ``source`` by a permutation drawn from ``seed`` (numpy's on the
     CPU: torch's CPU randperm and index kernels can stall in a process forked from the zygote, whose intra-op pool
-    is not fork-safe; on a GPU, `_key_order`) and gathers it into a newly allocated buffer at a random 256-byte
-    offset. Buffers stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed cache never sees a pointer twice.
+    is not fork-safe) and gathers it into a newly allocated buffer at a random 256-byte offset; on a GPU the
+    sandbox's kernel (`_permute`) computes the permutation from the seed's round keys in the same pass as the
+    gather, so no permutation is ever stored. Buffers stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed cache never sees a pointer twice.
     `source_for(content, seed)` is the inverse: the source that `make` turns into ``content`` with that seed, so
     golden content reaches a timed call through exactly the work of any other call.
     """
@@ -218,20 +219,16 @@ class FreshInputs:
         self._alive_bytes = 0
 
     def _indices(self, seed: int, tensors: Sequence[torch.Tensor]) -> Iterator[Any]:
-        """One permutation per tensor (of its element count), all drawn from ``seed`` in order, each drawn only when
-        the one before has been used (one held at a time)."""
+        """One permutation per tensor, all drawn from ``seed`` in order: on the CPU numpy's (each drawn only when the
+        one before has been used: one held at a time), on a GPU the round keys of the kernel's (`_permute`)."""
         if not tensors:
             return
-        device = tensors[0].device
-        if device.type == "cpu":
-            rng = np.random.default_rng(seed)
-            for t in tensors:
-                yield rng.permutation(t.numel())
+        if tensors[0].device.type != "cpu":
+            yield from _round_keys(seed)
             return
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
+        rng = np.random.default_rng(seed)
         for t in tensors:
-            yield _key_order(t.numel(), gen)
+            yield rng.permutation(t.numel())
 
     def _new_buffer(self, t: torch.Tensor) -> torch.Tensor:
         pad = self.rng.randrange(64) * max(1, 256 // max(1, t.element_size()))
@@ -253,8 +250,11 @@ class FreshInputs:
                 continue
             idx = next(index)
             view = self._new_buffer(x)
-            view.copy_(_gather(x.reshape(-1), idx))
-            _wipe(idx)  # freed memory may reach the candidate's allocations: leave no permutation in it
+            if x.device.type == "cpu":
+                view.copy_(_gather(x.reshape(-1), idx))
+                _wipe(idx)  # freed memory may reach the candidate's allocations: leave no permutation in it
+            else:
+                _permute(view, x.contiguous().reshape(-1), idx, scatter=False)
             out.append(view.view(x.shape))
         return out
 
@@ -267,12 +267,12 @@ class FreshInputs:
                 out.append(x)
                 continue
             idx = next(index)
-            src = torch.empty_like(x).reshape(-1)
+            src = torch.empty(x.numel(), dtype=x.dtype, device=x.device)
             if x.device.type == "cpu":
                 _bits(src).numpy()[idx] = _bits(x.contiguous().reshape(-1)).numpy()
+                _wipe(idx)  # drawn again at its call: no copy may wait in freed memory for the candidate to find
             else:
-                _bits(src)[idx] = _bits(x.reshape(-1))
-            _wipe(idx)  # drawn again at its call: no copy may wait in freed memory for the candidate to find
+                _permute(src, x.contiguous().reshape(-1), idx, scatter=True)
             out.append(src.view(x.shape))
         return out
 
@@ -301,17 +301,41 @@ def _bits(flat: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.int64).view(-1, flat.element_size() // 8)
 
 
-def _key_order(n: int, gen: torch.Generator) -> torch.Tensor:
-    """A random permutation of ``range(n)`` (int64, on ``gen``'s device): the stable order of n random 32-bit keys.
+def _round_keys(seed: int) -> Iterator[Any]:
+    """The permutation kernel's six 64-bit round keys for each tensor in turn: splitmix64's stream from ``seed``."""
+    mask, state = (1 << 64) - 1, seed & ((1 << 64) - 1)
+    while True:
+        keys = (ctypes.c_ulonglong * 6)()
+        for j in range(6):
+            state = (state + 0x9E3779B97F4A7C15) & mask
+            z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+            keys[j] = z ^ (z >> 31)
+        yield keys
 
-    For large n it is cheaper than ``torch.randperm``'s draw (`benchmarks/README.md`), and a timed call draws two
-    (its own and the plan's). Ties keep their index order: a slight bias that no one without the seed can use.
-    The keys would give the permutation back (sort them again), so they are wiped before they are freed."""
-    keys = torch.randint(-2**31, 2**31, (n,), generator=gen, device=gen.device, dtype=torch.int32)
-    ordered, perm = torch.sort(keys, stable=True)
-    _wipe(keys)
-    _wipe(ordered)
-    return perm
+
+_PERMUTE: Any = None  # the sandbox's CUDA permutation kernel, bound by `load_permute` before any candidate code runs
+
+
+def load_permute(path: str) -> None:
+    """Bind the keyed permutation kernel that ``kevin.sandbox.build.harness.permute_library`` built at ``path``."""
+    global _PERMUTE
+    fn = ctypes.CDLL(path).kevin_permute
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    _PERMUTE = fn
+
+
+def _permute(dst: torch.Tensor, src: torch.Tensor, keys: Any, scatter: bool) -> None:
+    """``dst[i] = src[prp(i)]`` (or ``dst[prp(i)] = src[i]`` with ``scatter``) for contiguous 1-D GPU tensors of
+    one dtype, on the current stream: ``prp`` is the keyed permutation of ``kevin.sandbox.build.harness``."""
+    if _PERMUTE is None:
+        raise RuntimeError("the sandbox's CUDA permutation kernel is not loaded (timing.load_permute)")
+    rc = _PERMUTE(dst.data_ptr(), src.data_ptr(), src.numel(), src.element_size(), int(scatter), keys,
+                  torch.cuda.current_stream(src.device).cuda_stream)
+    if rc:
+        raise RuntimeError(f"the sandbox's permutation kernel failed to launch (CUDA error {rc})")
 
 
 def _wipe(idx: Any) -> None:
@@ -406,7 +430,7 @@ def time_calls(
     warm-up calls show that ``budget_s`` would not hold them or the kept copies would pass ``keep_outputs_bytes``.
     A call's cost is all the work done for it: its warm-up cycle (fresh inputs, the call, the audit and the copy)
     and a second draw of fresh inputs, which the plan makes for every timed call. On a large input the draws cost
-    far more than a fast kernel (a key sort of every element), and a budget of the calls alone let such a timing
+    more than a fast kernel (a pass over every element), and a budget of the calls alone let such a timing
     hold the device well past it.
     With ``null_call`` and ``mark`` (`._loop`): the timed calls run in segments, each after `._loop.NULL_CALLS`
     calls of the same harness around ``null_call``, and ``mark(name, index)`` is called at the start of every
@@ -537,7 +561,7 @@ def time_calls(
             n = min(n, max(MIN_TRIALS, keep_outputs_bytes // out_bytes))
         n = max(n, len(rechecks), 1)
         positions = rng.sample(range(n), len(rechecks))
-        # the plan's own operators (on a GPU: the key sort and the scatter of the rechecks' sources) are the harness's
+        # the plan's own operators (the scatters of the calls' sources) are the harness's
         with harness():
             # Every call's permutation is drawn and scattered here once, in call order: a recheck's source needs it,
             # and a hook watching the harness's buffers would otherwise see only the rechecks' permutations drawn twice
