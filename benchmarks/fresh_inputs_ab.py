@@ -22,7 +22,7 @@ from kevin.sandbox.worker import timing  # noqa: E402
 dev = torch.device("cuda")
 n = 16 * 32 * 64 ** 3  # AvgPool3d's input, 512 MiB
 pool = [[torch.randn(n, device=dev)]]
-timing.load_permute(harness.permute_library("/tmp/kevin-harness", harness.default_arch()))
+harness.check_launch(harness.build_permute("/tmp/kevin-harness", harness.default_arch()), dev)  # binds it too
 fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=4 << 30)
 
 

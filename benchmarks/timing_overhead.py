@@ -51,9 +51,11 @@ def main() -> None:
 
     import torch
 
+    from kevin.sandbox.build import harness
     from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
+    harness.check_launch(harness.build_permute("/tmp/kevin-harness", harness.default_arch()), dev)  # binds it too
     g = torch.Generator(device=dev).manual_seed(0)
     pool = [[torch.randn(a.n, a.n, device=dev, generator=g) for _ in range(2)] for _ in range(4)]
     numel = a.n * a.n

@@ -86,7 +86,7 @@ def run_golden(
     shared: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     alone: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     zygote: _process.Zygote | None = None,
-    permute_lib: str | None = None,
+    permute: _harness.Built | None = None,
 ) -> dict[str, Golden]:
     """Run one golden process over ``tasks`` = [(key, source)]; returns key -> Golden.
 
@@ -99,6 +99,8 @@ def run_golden(
     is forked from it, as the candidates are, so that the reference is timed where they are (the same session, at
     the same niceness).
     """
+    if gpu is not None and permute is None:  # nothing started yet
+        raise ValueError("a golden process on a GPU needs the sandbox's permutation kernel (harness.build_permute)")
     scratch = tempfile.mkdtemp(prefix="golden-", dir=root)
     specs = []
     for key, source in tasks:
@@ -118,9 +120,8 @@ def run_golden(
         "timing": {"n_warmup": config.n_warmup, "n_trials": config.n_trials, "budget_s": config.timing_budget_s,
                    "launch_cover_us": config.launch_cover_us},
     }
-    if gpu is not None:  # the CUDA worker's fresh inputs need the sandbox's permutation kernel
-        job["permute_lib"] = permute_lib or _harness.permute_library(config.resolved_cache_dir(),
-                                                                     _harness.default_arch())
+    if permute is not None:  # a CUDA worker's fresh inputs
+        job["permute_lib"], job["permute_sha256"] = permute.path, permute.sha256
     worker = _process.Worker("kevin.sandbox.worker.golden", job, scratch=scratch, env=worker_env(scratch, gpu),
                              zygote=zygote, data_pipe=True)
     deadline = time.monotonic() + config.golden_timeout_s * max(1, len(specs))

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, ContextManager, Sequence
 
 from . import _golden_run, _process, compare, feedback
+from kevin.sandbox.build import harness as _harness
 from kevin.sandbox.static import symbols as _symbols
 from .config import SandboxConfig
 from .result import EvalResult
@@ -243,7 +244,10 @@ class CandidateRun:
 
     def __init__(self, src: str, *, backend: str, config: SandboxConfig, cache_dir: str, gpu: str | None = None,
                  arch: str = "", max_jobs: int = 1, zygote: _process.Zygote | None = None,
-                 deadline: float = float("inf"), scratch_parent: str | None = None, permute_lib: str | None = None):
+                 deadline: float = float("inf"), scratch_parent: str | None = None,
+                 permute: _harness.Built | None = None):
+        if backend == "cuda" and permute is None:  # nothing started yet
+            raise ValueError("a CUDA candidate needs the sandbox's permutation kernel (harness.build_permute)")
         self.config = config
         self.deadline = deadline  # the batch's (monotonic): every wait ends by then as well as by its own limit
         self.backend = backend
@@ -263,8 +267,8 @@ class CandidateRun:
             "object_cache": config.object_cache, "light_prelude": config.light_prelude,
             "niceness": _process.niceness(backend), "compile_niceness": _process.compile_niceness(backend),
         }
-        if permute_lib:
-            job["permute_lib"] = permute_lib
+        if backend == "cuda":  # its timing's fresh inputs
+            job["permute_lib"], job["permute_sha256"] = permute.path, permute.sha256
         extra = {"TORCH_EXTENSIONS_DIR": os.path.join(cache_dir, "ext", "other"), "CUDA_VISIBLE_DEVICES": gpu or "",
                  "MAX_JOBS": str(max(1, max_jobs))}
         if arch:

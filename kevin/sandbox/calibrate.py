@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from . import _golden_run, _resolve, _scratch, compare, feedback
+from kevin.sandbox.build import harness as _harness
 from .config import SandboxConfig
 from .result import EvalResult
 
@@ -74,9 +75,12 @@ def calibrate_many(tasks: Sequence[Any], *, device: str = "cpu", config: Sandbox
     try:
         keys = [f"t{i}" for i in range(len(tasks))]
         gpu = _resolve.physical_gpu(spec.gpus[0]) if spec.backend == "cuda" else None
-        goldens = _golden_run.run_golden(
-            list(zip(keys, sources)), root=root, gpu=gpu, config=config, seed=seed, mode="calibrate", n_rechecks=0
-        )
+        permute = None
+        if gpu is not None:  # the golden process's timings need the sandbox's own kernel
+            permute = _harness.build_permute(os.path.join(root, "harness"), _harness.default_arch(spec.gpus[0]))
+            _harness.check_launch(permute, spec.gpus[0])
+        goldens = _golden_run.run_golden(list(zip(keys, sources)), root=root, gpu=gpu, config=config, seed=seed,
+                                         mode="calibrate", n_rechecks=0, permute=permute)
         reports = []
         for task, key in zip(tasks, keys):
             golden = goldens[key]

@@ -754,7 +754,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._compile_slots = threading.Semaphore(self.config.workers)
         self.arch = ""
-        self._permute_lib: str | None = None  # CUDA: the sandbox's own kernel (`kevin.sandbox.build.harness`)
+        self._permute: _harness.Built | None = None  # CUDA: the sandbox's own kernel (`kevin.sandbox.build.harness`)
         self._device_names: dict[Any, str] = {}
         if self.backend == "cuda":
             import torch
@@ -763,7 +763,9 @@ class Sandbox:
             cap = torch.cuda.get_device_capability(slots[0])
             self.arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{cap[0]}.{cap[1]}"
             self._device_names = {g: torch.cuda.get_device_name(g) for g in slots}
-            self._permute_lib = _harness.permute_library(self.cache_dir, self.arch)  # the timings' kernel: built now
+            # the timings' own kernel, built and tried now: a GPU it cannot run on fails here, not in every timing
+            self._permute = _harness.build_permute(os.path.join(self._root, "harness"), self.arch)
+            _harness.check_launch(self._permute, slots[0])
         else:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
@@ -951,7 +953,7 @@ class Sandbox:
             run = _judge.CandidateRun(src, backend=self.backend, config=self.config, cache_dir=self.cache_dir,
                                       gpu=self._gpu_env(slot), arch=self.arch, max_jobs=max_jobs,
                                       zygote=zygote, deadline=state.deadline, scratch_parent=self._root,
-                                      permute_lib=self._permute_lib)
+                                      permute=self._permute)
             try:
                 if run.worker.proc is not None:  # a cancel signals the worker's group: it must lead one first
                     wait_for_group(run.worker.proc.pid)  # the candidate's own group: its compilers are below it
@@ -1098,7 +1100,7 @@ class Sandbox:
         fresh = _golden_run.run_golden([("b", task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config,
                                        seed=self._seed, baseline_keys=frozenset({"b"}), n_rechecks=0,
                                        shared=gate.shared, alone=alone, zygote=self._get_zygote(),
-                                       permute_lib=self._permute_lib)["b"]
+                                       permute=self._permute)["b"]
         if fresh.inputs_path:
             shutil.rmtree(os.path.dirname(os.path.dirname(fresh.inputs_path)), ignore_errors=True)
         return _baseline_summaries(fresh.meta) if fresh.error is None else {}
@@ -1185,7 +1187,7 @@ class Sandbox:
             [(key, task_src)], root=self._root, gpu=self._gpu_env(slot), config=self.config, seed=self._seed,
             baseline_keys=frozenset({key}) if need_baseline else frozenset(), shared=gate.shared,
             alone=functools.partial(gate.exclusive, priority=float("-inf")),  # a task's candidates all wait for it
-            zygote=self._get_zygote(), permute_lib=self._permute_lib,
+            zygote=self._get_zygote(), permute=self._permute,
         )[key]
 
 

@@ -25,16 +25,14 @@ def cache_dir(tmp_path_factory, with_shared_pch) -> str:
 
 
 @pytest.fixture(scope="session")
-def permute_kernel(tmp_path_factory) -> str:
-    """The sandbox's CUDA permutation kernel (`kevin.sandbox.build.harness`), built and bound in this process's timing
-    module, as a worker binds it."""
+def permute_kernel(tmp_path_factory):
+    """The sandbox's CUDA permutation kernel (`kevin.sandbox.build.harness`), built, tried on the GPU and bound in
+    this process's timing module, as a Sandbox does."""
     from kevin.sandbox.build import harness
-    from kevin.sandbox.worker import timing
 
-    cache = os.environ.get("KEVIN_TEST_CACHE_DIR") or str(tmp_path_factory.mktemp("harness"))
-    path = harness.permute_library(cache, harness.default_arch())
-    timing.load_permute(path)
-    return path
+    built = harness.build_permute(str(tmp_path_factory.mktemp("harness")), harness.default_arch())
+    harness.check_launch(built, "cuda")
+    return built
 
 
 @pytest.fixture(scope="session")

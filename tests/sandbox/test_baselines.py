@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from kevin.sandbox.build.harness import Built
 from kevin.sandbox import SandboxConfig
 from kevin.sandbox import _golden_run
 from kevin.sandbox.worker import golden as _golden
@@ -29,7 +30,8 @@ def test_the_job_names_every_baseline_of_the_backend_configured_one_first(monkey
     for gpu, config in ((None, SandboxConfig()), ("0", SandboxConfig(baseline="tf32")),
                         (None, SandboxConfig(baseline="compile", extra_baselines=("eager",)))):
         with pytest.raises(Stop):
-            _golden_run.run_golden([("k", RELU_TASK.source)], root=str(tmp_path), gpu=gpu, config=config, seed=0)
+            _golden_run.run_golden([("k", RELU_TASK.source)], root=str(tmp_path), gpu=gpu, config=config, seed=0,
+                                   permute=Built("permute.so", "0" * 64) if gpu else None)
     assert [j["baselines"] for j in jobs] == [["eager"], list(SandboxConfig(baseline="tf32").baselines_for("cuda")),
                                               ["compile", "eager"]]
 

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from kevin.sandbox.build.harness import Built
+
 from kevin.sandbox import SandboxConfig
 from kevin.sandbox._judge import wall_check
 from kevin.sandbox._process import CpuClock, MarkStamp, Message, cpu_clock
@@ -390,9 +392,31 @@ def test_a_candidates_compilers_run_at_or_below_its_workers_priority(monkeypatch
     monkeypatch.setattr(_process, "Worker", _NoWorker)
     _NoWorker.jobs = []
     run = _judge.CandidateRun("x = 1", backend=backend, config=SandboxConfig(), cache_dir=str(tmp_path),
-                              scratch_parent=str(tmp_path))
+                              scratch_parent=str(tmp_path), permute=Built("permute.so", "0" * 64))
     run.close()
     assert (_NoWorker.jobs[0]["niceness"], _NoWorker.jobs[0]["compile_niceness"]) == (worker, compilers)
+
+
+def test_a_cuda_candidate_without_the_sandboxs_permutation_kernel_is_refused_before_it_starts(monkeypatch, tmp_path):
+    # its timing could make no fresh inputs: a harness error, not the candidate's runtime error
+    from kevin.sandbox import _judge, _process
+
+    monkeypatch.setattr(_process, "Worker", _NoWorker)
+    _NoWorker.jobs = []
+    with pytest.raises(ValueError, match="permutation kernel"):
+        _judge.CandidateRun("x = 1", backend="cuda", config=SandboxConfig(), cache_dir=str(tmp_path),
+                            scratch_parent=str(tmp_path))
+    assert _NoWorker.jobs == []
+
+
+def test_a_cuda_candidates_job_names_the_kernel_and_the_hash_it_must_have(monkeypatch, tmp_path):
+    from kevin.sandbox import _judge, _process
+
+    monkeypatch.setattr(_process, "Worker", _NoWorker)
+    _NoWorker.jobs = []
+    _judge.CandidateRun("x = 1", backend="cuda", config=SandboxConfig(), cache_dir=str(tmp_path),
+                        scratch_parent=str(tmp_path), permute=Built("/x/permute.so", "ab" * 32)).close()
+    assert (_NoWorker.jobs[0]["permute_lib"], _NoWorker.jobs[0]["permute_sha256"]) == ("/x/permute.so", "ab" * 32)
 
 
 # --- the pinned inputs' budget (kevin.sandbox._judge.pinned_need, kevin.sandbox.sandbox._ByteBudget)

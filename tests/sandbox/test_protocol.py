@@ -71,20 +71,29 @@ def test_a_recheck_reaches_its_call_through_the_same_permute_and_gather_as_any_c
     assert torch.equal(fresh.make(fresh.source_for(golden, 5), 5)[0], golden[0])
 
 
-def test_the_gpu_permutations_round_keys_are_splitmix64s_stream_six_per_tensor():
-    # splitmix64 seeded with 0 starts 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, ... (its published reference outputs)
-    keys = timing._round_keys(0)
+def test_the_gpu_permutations_round_keys_are_six_per_tensor_new_for_every_tensor_and_seed():
+    keys = timing._round_keys(7)
     first, second = list(next(keys)), list(next(keys))
-    assert first[:2] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4] and len(first) == 6 and len(set(first + second)) == 12
+    again, other = list(next(timing._round_keys(7))), list(next(timing._round_keys(8)))
+    assert len(first) == 6 and len(set(first + second + other)) == 18 and again == first
+
+
+def test_a_permutation_kernel_whose_bytes_are_not_the_built_ones_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "_PERMUTE", None)
+    lib = tmp_path / "permute.so"
+    lib.write_bytes(b"not the library the sandbox built")
+    with pytest.raises(RuntimeError, match="hash differs"):
+        timing.load_permute(str(lib), "0" * 64)
+    assert timing._PERMUTE is None
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [1, 2, 3, 1000, (1 << 20) + 7])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 1000, 1024, 1 << 20, (1 << 20) + 7])
 def test_the_gpu_permutation_moves_every_index_once_and_is_fixed_by_its_seed(permute_kernel, n):
     src = torch.arange(n, device="cuda")
 
     def gathered(seed):
-        out = torch.empty_like(src)
+        out = torch.full_like(src, -1)  # an index never written stays -1
         timing._permute(out, src, next(timing._round_keys(seed)), scatter=False)
         return out
 
@@ -98,7 +107,7 @@ def test_the_gpu_permutation_moves_every_index_once_and_is_fixed_by_its_seed(per
 def test_the_gpu_scatter_undoes_the_gather_for_every_element_size(permute_kernel, dtype):
     x = (torch.arange(4099, device="cuda") % 251).to(dtype)  # 4099: not a power of two, so the walk cycles
     keys = next(timing._round_keys(11))
-    moved, back = torch.empty_like(x), torch.empty_like(x)
+    moved, back = torch.empty_like(x), torch.full_like(x, 255)  # 255: no value of x (x % 251)
     timing._permute(moved, x, keys, scatter=False)
     timing._permute(back, moved, keys, scatter=True)
     assert torch.equal(back, x) and not torch.equal(moved, x)
@@ -112,6 +121,21 @@ def test_the_gpu_permutation_sends_neighbours_far_apart(permute_kernel):
     p = torch.empty(n, dtype=torch.int64, device="cuda")
     timing._permute(p, torch.arange(n, device="cuda"), next(timing._round_keys(3)), scatter=False)
     assert (p[1:] - p[:-1]).abs().double().mean().item() > n / 4
+
+
+@pytest.mark.gpu
+def test_the_gpu_gather_puts_at_each_place_the_element_the_hosts_prp_names(permute_kernel):
+    # the kernel and the library's host entry point run the same prp (tests/sandbox/build/test_harness.py checks
+    # that one against the algorithm written out): out[i] = src[prp(i)], so with src = arange, out[i] = prp(i)
+    import ctypes
+
+    n, keys = 4099, next(timing._round_keys(9))
+    host = ctypes.CDLL(permute_kernel.path).kevin_prp
+    host.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
+    host.restype = ctypes.c_ulonglong
+    out = torch.full((n,), -1, dtype=torch.int64, device="cuda")
+    timing._permute(out, torch.arange(n, device="cuda"), keys, scatter=False)
+    assert out.tolist() == [host(i, n, keys) for i in range(n)]
 
 
 @pytest.mark.gpu

@@ -8,9 +8,9 @@ permutation of ``[0, n)``, six alternating Feistel rounds over the index's bits 
 splitmix64 hash of the other half and a round key), cycle-walked into range. One pass gathers (or scatters) every
 element; no permutation ever exists in memory, where a candidate could look for one.
 
-Built once per toolchain and architecture list by nvcc, without torch's headers (seconds), into
-``<cache>/harness/<key>/permute.so`` (a temporary directory renamed into place); loaded by the workers through
-ctypes before any candidate code runs (`..worker.timing.load_permute`).
+Built by nvcc without torch's headers (seconds) for each Sandbox into its private directory, tried once on the GPU,
+and hashed; each worker loads it through ctypes before any candidate code runs, from a copy of the bytes whose hash it
+checked (`..worker.timing.load_permute`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
+from dataclasses import dataclass
+from typing import Any
 
 PERMUTE_CU = r"""
 #include <cuda_runtime.h>
@@ -29,13 +30,13 @@ typedef unsigned long long u64;
 struct Keys { u64 k[6]; };
 struct Pair { u64 a, b; };  // 16-byte elements (complex128) at 8-byte alignment
 
-__device__ __forceinline__ u64 mix(u64 z) {  // splitmix64's finalizer
+__host__ __device__ __forceinline__ u64 mix(u64 z) {  // splitmix64's finalizer
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
-__device__ __forceinline__ u64 prp(u64 i, u64 n, int bits, const Keys& keys) {
+__host__ __device__ __forceinline__ u64 prp(u64 i, u64 n, int bits, const Keys& keys) {
   const int b = bits - bits / 2;
   const u64 mb = (1ULL << b) - 1, ma = (1ULL << (bits / 2)) - 1;
   do {  // a permutation of [0, 2^bits), applied again until the value is below n: a permutation of [0, n)
@@ -64,12 +65,18 @@ static int launch(void* dst, const void* src, u64 n, int bits, const Keys& keys,
   return (int)cudaGetLastError();
 }
 
-// dst[i] = src[prp(i)] (gather) or dst[prp(i)] = src[i] (scatter), n elements of elem_size bytes; 0 or a cudaError_t.
+static int index_bits(u64 n) {
+  int bits = 2;
+  while (bits < 64 && (1ULL << bits) < n) ++bits;
+  return bits;
+}
+
+// dst[i] = src[prp(i)] (gather) or dst[prp(i)] = src[i] (scatter), n elements of elem_size bytes; 0 or a cudaError_t
+// (-1: an element size the kernel has no type for).
 extern "C" int kevin_permute(void* dst, const void* src, u64 n, int elem_size, int scatter, const u64* k,
                              void* stream) {
   if (n == 0) return 0;
-  int bits = 2;
-  while (bits < 64 && (1ULL << bits) < n) ++bits;
+  const int bits = index_bits(n);
   Keys keys;
   for (int i = 0; i < 6; ++i) keys.k[i] = k[i];
   cudaStream_t s = (cudaStream_t)stream;
@@ -82,11 +89,31 @@ extern "C" int kevin_permute(void* dst, const void* src, u64 n, int elem_size, i
     default: return -1;
   }
 }
+
+// prp(i) on the host, by the same code as the kernel's: what the tests check the permutation against.
+extern "C" u64 kevin_prp(u64 i, u64 n, const u64* k) {
+  Keys keys;
+  for (int j = 0; j < 6; ++j) keys.k[j] = k[j];
+  return prp(i, n, index_bits(n), keys);
+}
 """
 
 
 class HarnessBuildError(RuntimeError):
-    """nvcc could not build the sandbox's own kernel: the CUDA backend cannot time anything."""
+    """The sandbox's own kernel could not be built, or does not run on the GPU: the CUDA backend cannot time."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built permutation library: its path and the SHA-256 of its bytes, which a worker checks before loading it."""
+
+    path: str
+    sha256: str
+
+
+# torch's names for architecture lists (`torch.utils.cpp_extension`), as TORCH_CUDA_ARCH_LIST accepts them
+NAMED_ARCHES = {"Volta": "7.0+PTX", "Turing": "7.5+PTX", "Ampere": "8.0;8.6+PTX", "Ada": "8.9+PTX",
+                "Hopper": "9.0+PTX", "Blackwell": "10.0;10.3;12.0;12.1+PTX"}
 
 
 def nvcc() -> str:
@@ -101,63 +128,77 @@ def nvcc() -> str:
 
 
 def arch_flags(arch_list: str) -> list[str]:
-    """nvcc's ``-gencode`` flags for a ``TORCH_CUDA_ARCH_LIST`` value ("9.0", "8.0;9.0+PTX").
+    """nvcc's ``-gencode`` flags for a ``TORCH_CUDA_ARCH_LIST`` value ("9.0", "8.0;9.0+PTX", "Hopper").
 
     >>> arch_flags("8.0;9.0+PTX")
     ['-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90,code=sm_90', '-gencode=arch=compute_90,code=compute_90']
     """
     flags = []
     for item in re.split(r"[;\s,]+", arch_list.strip()):
+        if item in NAMED_ARCHES:
+            flags += [f for f in arch_flags(NAMED_ARCHES[item]) if f not in flags]
+            continue
         m = re.fullmatch(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?", item)
         if not m:
             if item:
-                raise ValueError(f"not a CUDA architecture: {item!r} (expected e.g. 9.0 or 9.0+PTX)")
+                raise HarnessBuildError(f"TORCH_CUDA_ARCH_LIST: not a CUDA architecture: {item!r} (e.g. 9.0, 9.0+PTX, "
+                                        f"or one of {', '.join(NAMED_ARCHES)})")
             continue
         cc = f"{m.group(1)}{m.group(2)}{m.group(3)}"
         flags.append(f"-gencode=arch=compute_{cc},code=sm_{cc}")
         if m.group(4):
             flags.append(f"-gencode=arch=compute_{cc},code=compute_{cc}")
     if not flags:
-        raise ValueError("no CUDA architecture given")
+        raise HarnessBuildError("TORCH_CUDA_ARCH_LIST names no CUDA architecture")
     return flags
 
 
-def default_arch() -> str:
-    """``$TORCH_CUDA_ARCH_LIST``, else the compute capability of the current GPU ("9.0")."""
+def default_arch(device: Any = None) -> str:
+    """``$TORCH_CUDA_ARCH_LIST``, else the compute capability of ``device`` (the current GPU by default): "9.0"."""
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return os.environ["TORCH_CUDA_ARCH_LIST"]
     import torch
 
-    major, minor = torch.cuda.get_device_capability()
+    major, minor = torch.cuda.get_device_capability(device)
     return f"{major}.{minor}"
 
 
-def permute_library(cache_dir: str, arch_list: str) -> str:
-    """The path of the built permutation library for ``arch_list``, built into ``cache_dir`` if it is not there."""
-    compiler = nvcc()
+def build_permute(build_dir: str, arch_list: str) -> Built:
+    """Build the permutation library into ``build_dir`` (a directory only this process writes to) and hash it.
+
+    Built afresh for every Sandbox (seconds), never taken from a shared cache: the workers load native code from
+    it before any check runs, and a cache is a directory any candidate running as the same user could write to."""
     flags = ["-O3", "-shared", "-Xcompiler", "-fPIC", *arch_flags(arch_list)]
-    st = os.stat(os.path.realpath(compiler))
-    key = hashlib.sha256("\n".join([PERMUTE_CU, compiler, str(st.st_size), str(st.st_mtime_ns), *flags])
-                         .encode()).hexdigest()[:16]
-    final = os.path.join(cache_dir, "harness", key)
-    lib = os.path.join(final, "permute.so")
-    if os.path.exists(lib):
-        return lib
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{key}-", dir=os.path.dirname(final))
+    os.makedirs(build_dir, exist_ok=True)
+    src, lib = os.path.join(build_dir, "permute.cu"), os.path.join(build_dir, "permute.so")
+    with open(src, "w") as f:
+        f.write(PERMUTE_CU)
     try:
-        src = os.path.join(tmp, "permute.cu")
-        with open(src, "w") as f:
-            f.write(PERMUTE_CU)
-        done = subprocess.run([compiler, *flags, "-o", os.path.join(tmp, "permute.so"), src],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise HarnessBuildError(f"nvcc failed to build the sandbox's permutation kernel:\n{done.stderr[-4000:]}")
-        try:
-            os.rename(tmp, final)  # a directory either is complete or does not exist
-        except OSError:  # another process built it first
-            if not os.path.exists(lib):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return lib
+        done = subprocess.run([nvcc(), *flags, "-o", lib, src], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HarnessBuildError(f"nvcc could not build the sandbox's permutation kernel: {exc}") from exc
+    if done.returncode != 0:
+        raise HarnessBuildError(f"nvcc failed to build the sandbox's permutation kernel:\n{done.stderr[-4000:]}")
+    with open(lib, "rb") as f:
+        return Built(lib, hashlib.sha256(f.read()).hexdigest())
+
+
+def check_launch(built: Built, device: Any) -> None:
+    """Bind the library in this process and permute 1,000 indices on ``device``: a kernel that built but cannot run
+    there (an architecture the GPU lacks, a driver older than nvcc's runtime) fails here, once, instead of failing
+    every timing as if the candidates' kernels had."""
+    import torch
+
+    from kevin.sandbox.worker import timing
+
+    timing.load_permute(built.path, built.sha256)
+    src = torch.arange(1000, device=device)
+    out = torch.full_like(src, -1)
+    try:
+        timing._permute(out, src, next(timing._round_keys(0)), scatter=False)
+        torch.cuda.synchronize(device)
+    except RuntimeError as exc:
+        raise HarnessBuildError(f"the sandbox's permutation kernel does not run on {device} ({exc}); build it for "
+                                "this GPU's architecture (TORCH_CUDA_ARCH_LIST)") from exc
+    if not torch.equal(out.sort().values, src):
+        raise HarnessBuildError(f"the sandbox's permutation kernel gave no permutation on {device}")

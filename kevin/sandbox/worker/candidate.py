@@ -69,7 +69,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     from kevin.sandbox.worker import guards as _guards, inventory as _inventory, timing
 
     if backend == "cuda":
-        timing.load_permute(job["permute_lib"])
+        timing.load_permute(job["permute_lib"], job["permute_sha256"])
     # What decides is bound here, before any candidate code runs: replacing the module attributes later changes
     # nothing this function calls (and the tripwires report the replacement).
     time_calls, profiled_ops, op_inventory = timing.time_calls, _inventory.ProfiledOps, _inventory.OpInventory

@@ -312,7 +312,7 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        timing.load_permute(job["permute_lib"])
+        timing.load_permute(job["permute_lib"], job["permute_sha256"])
     for spec in job["tasks"]:
         try:
             with exact_float32():  # the baselines inside are timed under PyTorch's defaults

@@ -103,6 +103,10 @@ def _trusted_objects() -> dict[str, Any]:
     for name in ("time_calls", "FreshInputs", "_snapshot", "_refill", "_gather", "_permute", "_PERMUTE",
                  "_round_keys", "_wipe", "_bits", "_allocator_owned", "median"):
         objs[f"kevin.sandbox.worker.timing.{name}"] = getattr(timing, name, None)
+    permute = getattr(timing, "_PERMUTE", None)
+    if permute is not None:  # a hook set on the bound kernel would see every call's pointers and keys
+        for name in ("errcheck", "argtypes", "restype"):
+            objs[f"kevin.sandbox.worker.timing._PERMUTE.{name}"] = getattr(permute, name, None)
     for name in ("make", "source_for", "_indices", "_new_buffer"):
         objs[f"kevin.sandbox.worker.timing.FreshInputs.{name}"] = vars(timing.FreshInputs).get(name)
     for name in ("ALLOWED", "OpInventory", "ProfiledOps", "top_level_aten_ops"):

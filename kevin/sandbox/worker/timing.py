@@ -51,8 +51,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import hashlib
+import itertools
 import os
 import random
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -302,25 +305,31 @@ def _bits(flat: torch.Tensor) -> torch.Tensor:
 
 
 def _round_keys(seed: int) -> Iterator[Any]:
-    """The permutation kernel's six 64-bit round keys for each tensor in turn: splitmix64's stream from ``seed``."""
-    mask, state = (1 << 64) - 1, seed & ((1 << 64) - 1)
-    while True:
-        keys = (ctypes.c_ulonglong * 6)()
-        for j in range(6):
-            state = (state + 0x9E3779B97F4A7C15) & mask
-            z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
-            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-            keys[j] = z ^ (z >> 31)
-        yield keys
+    """The permutation kernel's six 64-bit round keys for each tensor in turn: BLAKE2b of the seed and the tensor's
+    place. One-way: keys found in memory give back neither the seed nor another tensor's keys."""
+    for place in itertools.count():
+        digest = hashlib.blake2b(f"{seed}:{place}".encode(), digest_size=48).digest()
+        yield (ctypes.c_ulonglong * 6)(*struct.unpack("<6Q", digest))
 
 
 _PERMUTE: Any = None  # the sandbox's CUDA permutation kernel, bound by `load_permute` before any candidate code runs
 
 
-def load_permute(path: str) -> None:
-    """Bind the keyed permutation kernel that ``kevin.sandbox.build.harness.permute_library`` built at ``path``."""
+def load_permute(path: str, sha256: str) -> None:
+    """Bind the permutation kernel that ``kevin.sandbox.build.harness.build_permute`` built at ``path``: its bytes are
+    read once, checked against ``sha256`` and loaded from an anonymous in-memory copy, so a file replaced on disk
+    (before the check or after it) is never what runs."""
     global _PERMUTE
-    fn = ctypes.CDLL(path).kevin_permute
+    with open(path, "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise RuntimeError(f"the sandbox's permutation kernel at {path} is not the one it built (its hash differs)")
+    fd = os.memfd_create("kevin-permute")
+    try:
+        os.write(fd, data)
+        fn = ctypes.CDLL(f"/proc/self/fd/{fd}").kevin_permute
+    finally:
+        os.close(fd)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_int,
                    ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_void_p]
     fn.restype = ctypes.c_int
@@ -335,7 +344,8 @@ def _permute(dst: torch.Tensor, src: torch.Tensor, keys: Any, scatter: bool) -> 
     rc = _PERMUTE(dst.data_ptr(), src.data_ptr(), src.numel(), src.element_size(), int(scatter), keys,
                   torch.cuda.current_stream(src.device).cuda_stream)
     if rc:
-        raise RuntimeError(f"the sandbox's permutation kernel failed to launch (CUDA error {rc})")
+        what = f"no {src.element_size()}-byte element type" if rc == -1 else f"CUDA error {rc}"
+        raise RuntimeError(f"the sandbox's permutation kernel failed to launch ({what})")
 
 
 def _wipe(idx: Any) -> None:

@@ -1,7 +1,9 @@
 """kevin.sandbox.worker.guards: the worker's tripwires, each seeing one kind of change and its undoing."""
 
+import shutil
 import sys
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -70,3 +72,17 @@ def test_between_ordinary_calls_only_the_fresh_input_operators_are_compared():
         assert "the dispatcher's kernels for aten::equal were changed" in wires.changes(dispatcher=True)
     finally:
         lib._destroy()
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_a_hook_set_on_the_bound_permutation_kernel_is_seen(tmp_path, monkeypatch):
+    # an errcheck hook leaves the bound function itself in place but sees every launch's pointers and round keys
+    from kevin.sandbox.build import harness
+    from kevin.sandbox.worker import timing
+
+    built = harness.build_permute(str(tmp_path), "9.0")
+    monkeypatch.setattr(timing, "_PERMUTE", None)
+    timing.load_permute(built.path, built.sha256)  # loads without a GPU: the CUDA runtime starts on a first launch
+    captured = _guards.capture_identities()
+    timing._PERMUTE.errcheck = lambda result, func, args: result
+    assert _guards.identity_changes(captured) == ["kevin.sandbox.worker.timing._PERMUTE.errcheck was replaced"]
