@@ -10,6 +10,7 @@ alternated twice in one process.
 """
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from kevin.sandbox.worker import timing  # noqa: E402
 dev = torch.device("cuda")
 n = 16 * 32 * 64 ** 3  # AvgPool3d's input, 512 MiB
 pool = [[torch.randn(n, device=dev)]]
-harness.check_launch(harness.build_permute("/tmp/kevin-harness", harness.default_arch()), dev)  # binds it too
+harness.check_launch(harness.build_permute(tempfile.mkdtemp(), harness.default_arch()), dev)  # binds it too
 fresh = timing.FreshInputs(pool, rng=random.Random(0), keep_alive_bytes=4 << 30)
 
 

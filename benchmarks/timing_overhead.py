@@ -20,6 +20,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def main() -> None:
     from kevin.sandbox.worker import timing
 
     dev = torch.device("cuda")
-    harness.check_launch(harness.build_permute("/tmp/kevin-harness", harness.default_arch()), dev)  # binds it too
+    harness.check_launch(harness.build_permute(tempfile.mkdtemp(), harness.default_arch()), dev)  # binds it too
     g = torch.Generator(device=dev).manual_seed(0)
     pool = [[torch.randn(a.n, a.n, device=dev, generator=g) for _ in range(2)] for _ in range(4)]
     numel = a.n * a.n

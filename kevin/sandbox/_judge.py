@@ -544,11 +544,11 @@ class CandidateRun:
                 details["out_of_memory"] = where
             if where == "import":
                 return EvalResult("compile_error", feedback.compile_error_feedback(text, source=self.src), details=details)
-            if where == "harness":  # the harness's own files (a full disk): not the kernel's failure
+            if where == "harness":  # the harness's own files or kernel: not the kernel's failure
                 details["internal_error"] = text
                 return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                    f"the sandbox failed internally while {phase} (writing its own files: "
-                    f"{text.strip().splitlines()[-1][-200:] if text.strip() else 'an OS error'}); not your kernel's fault."),
+                    f"the sandbox failed internally while {phase} "
+                    f"({text.strip().splitlines()[-1][-200:] if text.strip() else 'an OS error'}); not your kernel's fault."),
                     details=details)
             return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),
                               details=details)

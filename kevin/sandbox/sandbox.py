@@ -765,7 +765,7 @@ class Sandbox:
             self._device_names = {g: torch.cuda.get_device_name(g) for g in slots}
             # the timings' own kernel, built and tried now: a GPU it cannot run on fails here, not in every timing
             self._permute = _harness.build_permute(os.path.join(self._root, "harness"), self.arch)
-            _harness.check_launch(self._permute, slots[0])
+            _harness.check_launch(self._permute, slots)
         else:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}

@@ -164,10 +164,11 @@ def default_arch(device: Any = None) -> str:
 
 
 def build_permute(build_dir: str, arch_list: str) -> Built:
-    """Build the permutation library into ``build_dir`` (a directory only this process writes to) and hash it.
+    """Build the permutation library into ``build_dir`` and hash it.
 
-    Built afresh for every Sandbox (seconds), never taken from a shared cache: the workers load native code from
-    it before any check runs, and a cache is a directory any candidate running as the same user could write to."""
+    Built afresh for every Sandbox (seconds), never taken from a cache that earlier runs' candidates could have
+    written to: the workers load it before any check runs. Candidates run as the same user and could still replace
+    the file; what keeps that from mattering is the hash each worker checks on the bytes it then loads."""
     flags = ["-O3", "-shared", "-Xcompiler", "-fPIC", *arch_flags(arch_list)]
     os.makedirs(build_dir, exist_ok=True)
     src, lib = os.path.join(build_dir, "permute.cu"), os.path.join(build_dir, "permute.so")
@@ -183,22 +184,27 @@ def build_permute(build_dir: str, arch_list: str) -> Built:
         return Built(lib, hashlib.sha256(f.read()).hexdigest())
 
 
-def check_launch(built: Built, device: Any) -> None:
-    """Bind the library in this process and permute 1,000 indices on ``device``: a kernel that built but cannot run
-    there (an architecture the GPU lacks, a driver older than nvcc's runtime) fails here, once, instead of failing
-    every timing as if the candidates' kernels had."""
+def check_launch(built: Built, devices: Any) -> None:
+    """Bind the library in this process and permute 1,000 indices on each of ``devices`` (a device or a list): a
+    kernel that built but cannot run there (an architecture the GPU lacks, a driver older than nvcc's runtime) fails
+    here, once, instead of failing every timing as if the candidates' kernels had."""
     import torch
 
     from kevin.sandbox.worker import timing
 
-    timing.load_permute(built.path, built.sha256)
-    src = torch.arange(1000, device=device)
-    out = torch.full_like(src, -1)
     try:
-        timing._permute(out, src, next(timing._round_keys(0)), scatter=False)
-        torch.cuda.synchronize(device)
-    except RuntimeError as exc:
-        raise HarnessBuildError(f"the sandbox's permutation kernel does not run on {device} ({exc}); build it for "
-                                "this GPU's architecture (TORCH_CUDA_ARCH_LIST)") from exc
-    if not torch.equal(out.sort().values, src):
-        raise HarnessBuildError(f"the sandbox's permutation kernel gave no permutation on {device}")
+        timing.load_permute(built.path, built.sha256)
+    except (OSError, RuntimeError) as exc:
+        raise HarnessBuildError(f"the sandbox's permutation kernel could not be loaded: {exc}") from exc
+    for device in devices if isinstance(devices, (list, tuple)) else [devices]:
+        with torch.cuda.device(device):  # the library's own runtime launches on the current device
+            src = torch.arange(1000, device=device)
+            out = torch.full_like(src, -1)
+            try:
+                timing._permute(out, src, next(timing._round_keys(0)), scatter=False)
+                torch.cuda.synchronize(device)
+            except RuntimeError as exc:
+                raise HarnessBuildError(f"the sandbox's permutation kernel does not run on GPU {device} ({exc}); "
+                                        "build it for this GPU's architecture (TORCH_CUDA_ARCH_LIST)") from exc
+            if not torch.equal(out.sort().values, src):
+                raise HarnessBuildError(f"the sandbox's permutation kernel gave no permutation on GPU {device}")

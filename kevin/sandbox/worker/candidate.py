@@ -46,7 +46,7 @@ def _tag(exc: BaseException, phase: str) -> BaseException:
 
 def harness_write(save: Any, tensors: dict[str, Any], path: str, reference_bytes: int | None = None) -> None:
     """``save(tensors, path)``, the harness's own file for the parent. An I/O failure of it (a full disk: an
-    ``OSError``, or safetensors' own error naming an I/O error) becomes `HarnessWriteError`, which the parent
+    ``OSError``, or safetensors' own error naming an I/O error) becomes `HarnessError`, which the parent
     reports as the sandbox's failure, unless the tensors are larger than the reference's outputs
     (``reference_bytes``): a kernel whose outputs filled the disk failed by itself."""
     try:
@@ -55,7 +55,7 @@ def harness_write(save: Any, tensors: dict[str, Any], path: str, reference_bytes
         size = sum(t.nbytes for t in tensors.values())
         if (isinstance(exc, OSError) or "I/O error" in str(exc)) and reference_bytes is not None \
                 and size <= reference_bytes:
-            raise _worker.HarnessWriteError(f"{type(exc).__name__}: {exc}") from exc
+            raise _worker.HarnessError(f"{type(exc).__name__}: {exc}") from exc
         raise
 
 
@@ -68,8 +68,11 @@ def main(job: dict[str, Any], channel: _worker.Channel) -> None:
     from kevin.sandbox.build import extension as _extension, pch as _pch
     from kevin.sandbox.worker import guards as _guards, inventory as _inventory, timing
 
-    if backend == "cuda":
-        timing.load_permute(job["permute_lib"], job["permute_sha256"])
+    if backend == "cuda":  # the harness's own kernel, before any candidate code: failing here is not the candidate's
+        try:
+            timing.load_permute(job["permute_lib"], job["permute_sha256"])
+        except (OSError, RuntimeError) as exc:
+            raise _worker.HarnessError(f"loading the sandbox's permutation kernel: {exc}") from exc
     # What decides is bound here, before any candidate code runs: replacing the module attributes later changes
     # nothing this function calls (and the tripwires report the replacement).
     time_calls, profiled_ops, op_inventory = timing.time_calls, _inventory.ProfiledOps, _inventory.OpInventory

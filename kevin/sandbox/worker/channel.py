@@ -141,18 +141,18 @@ def _out_of_memory(exc: BaseException) -> bool:
     return isinstance(kind, type) and isinstance(exc, kind)
 
 
-class HarnessWriteError(Exception):
-    """The harness could not write its own file for the parent (a full disk): the sandbox's failure, not the
-    candidate's. Only an exception of exactly this type is reported with phase "harness": a candidate's exception
+class HarnessError(Exception):
+    """The harness's own failure, not the candidate's: it could not write its own file for the parent (a full disk)
+    or load its own kernel. Only an exception of exactly this type is reported with phase "harness": a candidate's exception
     can carry any ``phase`` attribute (a class property survives the harness's tagging)."""
 
     phase = "harness"
 
 
 def reported_phase(exc: BaseException) -> str:
-    """Where ``exc`` happened, as its ``phase`` tag says; "harness" only from a `HarnessWriteError` itself."""
+    """Where ``exc`` happened, as its ``phase`` tag says; "harness" only from a `HarnessError` itself."""
     phase = str(getattr(exc, "phase", "unknown"))
-    return "unknown" if phase == "harness" and type(exc) is not HarnessWriteError else phase
+    return "unknown" if phase == "harness" and type(exc) is not HarnessError else phase
 
 
 def lower_priority(niceness: int) -> None:

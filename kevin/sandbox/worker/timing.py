@@ -313,6 +313,7 @@ def _round_keys(seed: int) -> Iterator[Any]:
 
 
 _PERMUTE: Any = None  # the sandbox's CUDA permutation kernel, bound by `load_permute` before any candidate code runs
+_LOADED_FDS: list[int] = []  # the in-memory copies of the libraries loaded
 
 
 def load_permute(path: str, sha256: str) -> None:
@@ -324,12 +325,15 @@ def load_permute(path: str, sha256: str) -> None:
         data = f.read()
     if hashlib.sha256(data).hexdigest() != sha256:
         raise RuntimeError(f"the sandbox's permutation kernel at {path} is not the one it built (its hash differs)")
-    fd = os.memfd_create("kevin-permute")
     try:
-        os.write(fd, data)
-        fn = ctypes.CDLL(f"/proc/self/fd/{fd}").kevin_permute
-    finally:
-        os.close(fd)
+        fd = os.memfd_create("kevin-permute", 0x10)  # MFD_EXEC: hosts with vm.memfd_noexec = 1 seal others no-exec
+    except OSError:  # a kernel before 6.3 knows no such flag
+        fd = os.memfd_create("kevin-permute")
+    _LOADED_FDS.append(fd)  # kept open: a closed one's /proc name comes back, and dlopen answers a seen name with the
+    view = memoryview(data)  # library it loaded first
+    while view:
+        view = view[os.write(fd, view):]
+    fn = ctypes.CDLL(f"/proc/self/fd/{fd}").kevin_permute
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_int,
                    ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_void_p]
     fn.restype = ctypes.c_int

@@ -98,3 +98,16 @@ def test_the_kernels_prp_is_the_feistel_walk_past_32_bit_indices(built):
 def test_the_kernels_prp_moves_every_index_once(built, n):
     prp = _host_prp(built)
     assert sorted(prp(i, n) for i in range(n)) == list(range(n))
+
+
+@needs_nvcc
+def test_a_second_library_loaded_in_one_process_is_the_second_one(built, tmp_path, monkeypatch):
+    # each in-memory copy keeps its own /proc name: a reused name would make dlopen hand back the first library
+    from kevin.sandbox.worker import timing
+
+    other = harness.build_permute(str(tmp_path), "8.0")  # other bytes
+    monkeypatch.setattr(timing, "_PERMUTE", None)
+    timing.load_permute(built.path, built.sha256)
+    first = ctypes.cast(timing._PERMUTE, ctypes.c_void_p).value
+    timing.load_permute(other.path, other.sha256)
+    assert ctypes.cast(timing._PERMUTE, ctypes.c_void_p).value != first

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kevin.sandbox.worker.candidate import harness_write
-from kevin.sandbox.worker.channel import HarnessWriteError, reported_phase
+from kevin.sandbox.worker.channel import HarnessError, reported_phase
 
 OUTPUTS = {"set0.out0": torch.zeros(4)}  # 4 float32 = 16 bytes
 
@@ -27,7 +27,7 @@ def _bad_value(tensors, path):
 
 @pytest.mark.parametrize("save", [_full_disk, _safetensors_full_disk])
 def test_a_full_disk_while_the_harness_writes_outputs_of_the_references_size_is_the_harnesss(save, tmp_path):
-    with pytest.raises(HarnessWriteError) as info:
+    with pytest.raises(HarnessError) as info:
         harness_write(save, OUTPUTS, str(tmp_path / "outputs.safetensors"), reference_bytes=16)
     assert reported_phase(info.value) == "harness"
 
@@ -49,7 +49,7 @@ def test_a_candidate_exception_forging_the_harness_phase_is_reported_as_unknown(
         phase = property(lambda self: "harness")
 
     assert reported_phase(DiskFull(errno.ENOSPC, "No space left on device")) == "unknown"
-    assert reported_phase(HarnessWriteError("OSError: no space")) == "harness"
+    assert reported_phase(HarnessError("OSError: no space")) == "harness"
 
 
 FORWARDS = """
