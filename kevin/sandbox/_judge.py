@@ -546,10 +546,9 @@ class CandidateRun:
                 return EvalResult("compile_error", feedback.compile_error_feedback(text, source=self.src), details=details)
             if where == "harness":  # the harness's own files or kernel: not the kernel's failure
                 details["internal_error"] = text
-                return EvalResult("runtime_error", feedback.runtime_error_feedback(
-                    f"the sandbox failed internally while {phase} "
-                    f"({text.strip().splitlines()[-1][-200:] if text.strip() else 'an OS error'}); not your kernel's fault."),
-                    details=details)
+                cause = text.strip().splitlines()[-1][-200:] if text.strip() else "an OS error"
+                message = f"the sandbox failed internally while {phase} ({cause}); not your kernel's fault."
+                return EvalResult("runtime_error", feedback.runtime_error_feedback(message), details=details)
             return EvalResult("runtime_error", feedback.runtime_error_feedback(f"while {phase} ({where}):\n{text[-900:]}"),
                               details=details)
         if msg is not None and msg.event == "garbage":

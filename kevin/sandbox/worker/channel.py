@@ -143,8 +143,8 @@ def _out_of_memory(exc: BaseException) -> bool:
 
 class HarnessError(Exception):
     """The harness's own failure, not the candidate's: it could not write its own file for the parent (a full disk)
-    or load its own kernel. Only an exception of exactly this type is reported with phase "harness": a candidate's exception
-    can carry any ``phase`` attribute (a class property survives the harness's tagging)."""
+    or load its own kernel. Only an exception of exactly this type is reported with phase "harness": a candidate's
+    exception can carry any ``phase`` attribute (a class property survives the harness's tagging)."""
 
     phase = "harness"
 

@@ -209,7 +209,8 @@ class FreshInputs:
     CPU: torch's CPU randperm and index kernels can stall in a process forked from the zygote, whose intra-op pool
     is not fork-safe) and gathers it into a newly allocated buffer at a random 256-byte offset; on a GPU the
     sandbox's kernel (`_permute`) computes the permutation from the seed's round keys in the same pass as the
-    gather, so no permutation is ever stored. Buffers stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed cache never sees a pointer twice.
+    gather, so no permutation is ever stored. Buffers stay alive (up to ``keep_alive_bytes``), so a data_ptr-keyed
+    cache never sees a pointer twice.
     `source_for(content, seed)` is the inverse: the source that `make` turns into ``content`` with that seed, so
     golden content reaches a timed call through exactly the work of any other call.
     """
@@ -329,8 +330,9 @@ def load_permute(path: str, sha256: str) -> None:
         fd = os.memfd_create("kevin-permute", 0x10)  # MFD_EXEC: hosts with vm.memfd_noexec = 1 seal others no-exec
     except OSError:  # a kernel before 6.3 knows no such flag
         fd = os.memfd_create("kevin-permute")
-    _LOADED_FDS.append(fd)  # kept open: a closed one's /proc name comes back, and dlopen answers a seen name with the
-    view = memoryview(data)  # library it loaded first
+    # kept open: a closed copy's /proc name comes back, and dlopen answers a name it has seen with what it loaded then
+    _LOADED_FDS.append(fd)
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
     fn = ctypes.CDLL(f"/proc/self/fd/{fd}").kevin_permute
