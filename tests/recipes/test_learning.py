@@ -17,17 +17,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "teach_credit_assignment.py"
 
 
 @pytest.fixture(scope="module")
 def teach():
+    # one torch thread, as the recipe runs in the other tests (tests/recipes/conftest.py): on cores busy with the
+    # other worker's compiles, two threads synchronising over a tiny model's operations ran these tests 6x slower
     spec = importlib.util.spec_from_file_location("teach_credit_assignment", RECIPE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     yield module
+    torch.set_num_threads(threads)
     sys.modules.pop(spec.name, None)
 
 
