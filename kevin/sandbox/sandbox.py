@@ -760,8 +760,7 @@ class Sandbox:
             import torch
 
             slots: list[Any] = list(self.spec.gpus)
-            cap = torch.cuda.get_device_capability(slots[0])
-            self.arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{cap[0]}.{cap[1]}"
+            self.arch = _harness.default_arch(slots[0])  # $TORCH_CUDA_ARCH_LIST, else the first GPU's capability
             self._device_names = {g: torch.cuda.get_device_name(g) for g in slots}
             # the timings' own kernel, built and tried now: a GPU it cannot run on fails here, not in every timing
             self._permute = _harness.build_permute(os.path.join(self._root, "harness"), self.arch)
