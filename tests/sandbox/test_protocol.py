@@ -127,15 +127,29 @@ def test_the_gpu_permutation_sends_neighbours_far_apart(permute_kernel):
 def test_the_gpu_gather_puts_at_each_place_the_element_the_hosts_prp_names(permute_kernel):
     # the kernel and the library's host entry point run the same prp (tests/sandbox/build/test_harness.py checks
     # that one against the algorithm written out): out[i] = src[prp(i)], so with src = arange, out[i] = prp(i)
-    import ctypes
-
     n, keys = 4099, next(timing._round_keys(9))
-    host = ctypes.CDLL(permute_kernel.path).kevin_prp
-    host.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
-    host.restype = ctypes.c_ulonglong
     out = torch.full((n,), -1, dtype=torch.int64, device="cuda")
     timing._permute(out, torch.arange(n, device="cuda"), keys, scatter=False)
-    assert out.tolist() == [host(i, n, keys) for i in range(n)]
+    assert out.tolist() == [_host_prp(permute_kernel)(i, n, keys, 0) for i in range(n)]
+
+
+@pytest.mark.gpu
+def test_the_gpu_scatter_puts_each_element_where_the_hosts_prp_sends_it(permute_kernel):
+    # scatter: out[prp(i)] = src[i] (the kernel gathers through the inverse), so with src = arange, out[prp(i)] = i
+    n, keys = 4099, next(timing._round_keys(10))
+    out = torch.full((n,), -1, dtype=torch.int64, device="cuda")
+    timing._permute(out, torch.arange(n, device="cuda"), keys, scatter=True)
+    prp, placed = _host_prp(permute_kernel), out.tolist()
+    assert [placed[prp(i, n, keys, 0)] for i in range(n)] == list(range(n))
+
+
+def _host_prp(built):
+    import ctypes
+
+    host = ctypes.CDLL(built.path).kevin_prp
+    host.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
+    host.restype = ctypes.c_ulonglong
+    return host
 
 
 @pytest.mark.gpu

@@ -66,12 +66,12 @@ def built(tmp_path_factory) -> harness.Built:
     return harness.build_permute(str(tmp_path_factory.mktemp("harness")), "9.0")
 
 
-def _host_prp(built: harness.Built):
+def _host_prp(built: harness.Built, inverse: bool = False):
     fn = ctypes.CDLL(built.path).kevin_prp  # loads without a GPU: the CUDA runtime starts on a first launch
-    fn.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)]
+    fn.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
     fn.restype = ctypes.c_ulonglong
     keys = (ctypes.c_ulonglong * 6)(*KEYS)
-    return lambda i, n: fn(i, n, keys)
+    return lambda i, n: fn(i, n, keys, int(inverse))
 
 
 @needs_nvcc
@@ -98,6 +98,15 @@ def test_the_kernels_prp_is_the_feistel_walk_past_32_bit_indices(built):
 def test_the_kernels_prp_moves_every_index_once(built, n):
     prp = _host_prp(built)
     assert sorted(prp(i, n) for i in range(n)) == list(range(n))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 65, 1000, (1 << 40) + 3])
+def test_the_kernels_inverse_prp_undoes_prp_walk_included(built, n):
+    # the scatter gathers through the inverse; 65 and 1000 are not powers of two, so most indices walk
+    prp, inverse = _host_prp(built), _host_prp(built, inverse=True)
+    sample = range(n) if n < 5000 else range(0, n, n // 97)
+    assert [inverse(prp(i, n), n) for i in sample] == list(sample)
 
 
 @needs_nvcc
