@@ -7,8 +7,9 @@ prelude in place of ``<torch/types.h>``), reads the nvcc command of the CUDA uni
 runs that command again, one at a time, with ``--time`` (nvcc's per-phase milliseconds) on these units:
 
     as_built       the unit as the sandbox compiled it
-    no_cudacontext its ``#include <ATen/cuda/CUDAContext.h>`` replaced by ``<c10/cuda/CUDAStream.h>`` and the
-                   one name the corpus takes from it (``at::cuda::getCurrentCUDAStream``)
+    before         the same with the light prelude's factories from their own headers (which include ATen/Context.h)
+                   and the candidate's ``#include <ATen/cuda/CUDAContext.h>`` kept: the sandbox's unit until
+                   `extension.cuda_light_prelude`
     prelude_only   the light prelude and the CUDA headers, no candidate code: what the headers alone cost
     no_torch       the candidate's ``__global__`` kernels after ``<cuda_runtime.h>`` alone: nvcc's floor
 
@@ -34,9 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from kevin.data import corpus, tasks_from_spec  # noqa: E402
 from kevin.sandbox.build import extension  # noqa: E402
 
-CONTEXT = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]ATen/cuda/CUDAContext\.h[>\"]", re.M)
-STREAM_ONLY = ("#include <c10/cuda/CUDAStream.h>\n"
-               "namespace at { namespace cuda { using c10::cuda::getCurrentCUDAStream; } }")
 
 
 def build(task_spec: str, cache_dir: str) -> Path:
@@ -70,7 +68,10 @@ def variants(unit: str) -> dict[str, str]:
     head, _, rest = unit.partition("#include <cuda_runtime.h>")
     prelude = head + "#include <cuda_runtime.h>\n"
     kernels = "\n\n".join(re.findall(r"__global__ .*?\n}\n", rest, re.S))
-    return {"as_built": unit, "no_cudacontext": CONTEXT.sub(STREAM_ONLY, unit), "prelude_only": prelude,
+    before = unit.replace(extension.cuda_light_prelude(), extension.LIGHT_PRELUDE, 1)
+    before = before.replace("\n".join(extension.CUDA_CHECKS) + "\n", "", 1)
+    before = before.replace(extension.CUDA_CONTEXT_LIGHT, "#include <ATen/cuda/CUDAContext.h>")
+    return {"as_built": unit, "before": before, "prelude_only": prelude,
             "no_torch": "#include <cuda_runtime.h>\n#include <cstdint>\n" + kernels}
 
 

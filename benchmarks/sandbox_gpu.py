@@ -119,12 +119,12 @@ def sm_clock_mhz() -> int | None:
 
 def preludes(cache_dir: str, since: float) -> dict:
     """How the CUDA units built after ``since`` began: {"light": n, "full": n, "light_failed": n}."""
-    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_MARK
 
     counts = {"light": 0, "full": 0, "light_failed": 0}
     for cu in Path(cache_dir, "ext").glob("*/cuda.cu"):
         if cu.stat().st_mtime >= since:
-            counts["light" if cu.read_text().startswith(LIGHT_PRELUDE) else "full"] += 1
+            counts["light" if cu.read_text().startswith(LIGHT_MARK) else "full"] += 1
             counts["light_failed"] += (cu.parent / LIGHT_FAILED).exists()
     return counts
 

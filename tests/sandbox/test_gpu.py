@@ -321,22 +321,22 @@ def _cuda_units(cache_dir, marker):
 @pytest.mark.gpu
 def test_honest_cuda_kernels_are_built_with_the_light_prelude(cache_dir, gpu_warm):
     # on this host's torch: the light prelude compiled the honest extension, and its build is the one that ran
-    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_MARK
 
     assert gpu_warm["honest_matmul"].status == "correct"
     dirs = _cuda_units(cache_dir, "matmul_tiled_kernel")
-    light = [d for d in dirs if (d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE)]
+    light = [d for d in dirs if (d / "cuda.cu").read_text().startswith(LIGHT_MARK)]
     assert light and all(list(d.glob("*.so")) for d in light), dirs  # its library was linked there
     assert not any((d / LIGHT_FAILED).exists() for d in light)
 
 
 @pytest.mark.gpu
 def test_a_compile_error_under_the_light_prelude_is_retried_with_the_full_one(cache_dir, gpu_warm):
-    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE
+    from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_MARK
 
     assert gpu_warm["compile_error"].status == "compile_error"
     dirs = _cuda_units(cache_dir, "undeclared_name")
-    kinds = {(d / "cuda.cu").read_text().startswith(LIGHT_PRELUDE): d for d in dirs}
+    kinds = {(d / "cuda.cu").read_text().startswith(LIGHT_MARK): d for d in dirs}
     assert set(kinds) == {True, False}, dirs  # both preludes were tried
     assert (kinds[True] / LIGHT_FAILED).exists()
 

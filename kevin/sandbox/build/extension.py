@@ -17,14 +17,16 @@ already starts the CUDA unit with ``<torch/types.h>`` (tensors, factories, ``TOR
 and what ``extension.h`` adds, the C++ frontend and pybind11, is what kernels may not use. Parsing it took
 about 29 of the 53 s of nvcc per candidate on a CPU machine (`benchmarks/LOG.md`).
 
-It then compiles the CUDA unit with `LIGHT_PRELUDE` in place of ``<torch/types.h>`` (`light_arguments`): the
-tensor class, the dispatch macros and the allocation factories from ATen's per-operator headers, without the
-1,345 operator headers of ``ATen/Functions.h``, the autograd factories and ``torch/library.h`` (torch 2.13:
-211,823 preprocessed lines against 324,408). A source that does not compile with it (it uses something else of
-torch's) is built again as before, and only that build's errors are reported; after a failed light build, a
-marker in its directory sends later evaluations of the same source straight to the full prelude. A light
-attempt that ends with no library for another reason (this process waited on another's lock, and that build
-failed) also falls back, leaving no marker. Compile errors therefore cost the light attempt too, though its
+It then compiles the CUDA unit with `cuda_light_prelude` in place of ``<torch/types.h>`` (`light_arguments`): the
+tensor class, the dispatch macros and ATen's allocation factories as their per-operator headers define them, without
+the 1,345 operator headers of ``ATen/Functions.h``, the autograd factories and ``torch/library.h`` (torch 2.13:
+211,823 preprocessed lines against 324,408), nor the factory headers' own includes (``ATen/Context.h`` and more);
+and with ``<ATen/cuda/CUDAContext.h>``, which brings ``ATen/Context.h`` back with the cuBLAS, cuSPARSE and cuSOLVER
+headers, replaced by the current stream's header (`CUDA_CONTEXT_LIGHT`). A source that does not compile with it
+(it uses something else of torch's) is built again as before, and only that build's errors are reported; after a
+failed light build, a marker in its directory sends later evaluations of the same source straight to the full
+prelude. A light attempt that ends with no library for another reason (this process waited on another's lock, and
+that build failed) also falls back, leaving no marker. Compile errors therefore cost the light attempt too, though its
 front end stops at the first errors (6.0 s, against 31.8 s for a whole compile with nearly the same headers, on
 the 2-core CPU machine). Sources that include a ``torch/`` header themselves (or ATen's
 umbrella headers) keep the full prelude: they pay for the headers anyway.
@@ -84,33 +86,80 @@ def drop_extension_header(sources: Any) -> Any:
     return sources
 
 
-LIGHT_PRELUDE = "\n".join([
-    "// kevin: a lighter prelude than load_inline's <torch/types.h> (kevin/sandbox/build/extension.py)",
-    "#ifndef AT_PER_OPERATOR_HEADERS",
-    "#define AT_PER_OPERATOR_HEADERS",
-    "#endif",
-    "#include <ATen/core/Tensor.h>",
-    "#include <ATen/Dispatch.h>",
-    *[f"#include <ATen/ops/{op}.h>" for op in ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
-                                                 "ones_like", "full", "full_like")],
-    "#include <optional>",
-    # torch/types.h's namespace block: torch::Tensor, torch::empty_like, torch::kFloat32, ... resolve as there
-    "namespace torch {",
-    "using namespace at;",
-    "#if !defined(FBCODE_CAFFE2) && !defined(C10_NODEPRECATED)",
-    "using std::nullopt;",
-    "using std::optional;",
-    "#endif",
-    "using Dtype = at::ScalarType;",
-    *[f"constexpr auto {name} = {value};" for name, value in (
-        ("kUInt8", "at::kByte"), ("kInt8", "at::kChar"), ("kInt16", "at::kShort"), ("kInt32", "at::kInt"),
-        ("kInt64", "at::kLong"), ("kUInt16", "at::kUInt16"), ("kUInt32", "at::kUInt32"), ("kUInt64", "at::kUInt64"),
-        ("kFloat16", "at::kHalf"), ("kFloat32", "at::kFloat"), ("kFloat64", "at::kDouble"), ("kU8", "kUInt8"),
-        ("kU16", "kUInt16"), ("kU32", "kUInt32"), ("kU64", "kUInt64"), ("kI8", "kInt8"), ("kI16", "kInt16"),
-        ("kI32", "kInt32"), ("kI64", "kInt64"), ("kF16", "kFloat16"), ("kF32", "kFloat32"), ("kF64", "kFloat64"))],
-    "}  // namespace torch",
-])
-"""Stands in for load_inline's ``#include <torch/types.h>`` at the top of the CUDA unit (`light_arguments`)."""
+LIGHT_MARK = "// kevin: a lighter prelude than load_inline's <torch/types.h> (kevin/sandbox/build/extension.py)"
+"""The first line of every light prelude: how a build directory's unit is told apart."""
+
+_FACTORIES = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like")
+
+
+def _prelude(factories: list[str]) -> str:
+    """A light prelude whose allocation factories (``at::empty``, ...) come from ``factories``' lines."""
+    return "\n".join([
+        LIGHT_MARK,
+        "#ifndef AT_PER_OPERATOR_HEADERS",
+        "#define AT_PER_OPERATOR_HEADERS",
+        "#endif",
+        "#include <ATen/core/Tensor.h>",
+        "#include <ATen/Dispatch.h>",
+        *factories,
+        "#include <optional>",
+        # torch/types.h's namespace block: torch::Tensor, torch::empty_like, torch::kFloat32, ... resolve as there
+        "namespace torch {",
+        "using namespace at;",
+        "#if !defined(FBCODE_CAFFE2) && !defined(C10_NODEPRECATED)",
+        "using std::nullopt;",
+        "using std::optional;",
+        "#endif",
+        "using Dtype = at::ScalarType;",
+        *[f"constexpr auto {name} = {value};" for name, value in (
+            ("kUInt8", "at::kByte"), ("kInt8", "at::kChar"), ("kInt16", "at::kShort"), ("kInt32", "at::kInt"),
+            ("kInt64", "at::kLong"), ("kUInt16", "at::kUInt16"), ("kUInt32", "at::kUInt32"),
+            ("kUInt64", "at::kUInt64"), ("kFloat16", "at::kHalf"), ("kFloat32", "at::kFloat"),
+            ("kFloat64", "at::kDouble"), ("kU8", "kUInt8"), ("kU16", "kUInt16"), ("kU32", "kUInt32"),
+            ("kU64", "kUInt64"), ("kI8", "kInt8"), ("kI16", "kInt16"), ("kI32", "kInt32"), ("kI64", "kInt64"),
+            ("kF16", "kFloat16"), ("kF32", "kFloat32"), ("kF64", "kFloat64"))],
+        "}  // namespace torch",
+    ])
+
+
+LIGHT_PRELUDE = _prelude([f"#include <ATen/ops/{op}.h>" for op in _FACTORIES])
+"""Stands in for ``<torch/types.h>``: the tensor class, the dispatch macros, ATen's allocation factories from their
+per-operator headers, and torch/types.h's names for them (the CPU kernel unit's, :mod:`.split`)."""
+
+_NOT_AN_OPS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<(?!ATen/ops/\w+_ops\.h>)[^>\n]*>', re.M)
+_CUDA_LIGHT_PRELUDE: list[str] = []
+
+
+def cuda_light_prelude() -> str:
+    """The CUDA unit's light prelude: `LIGHT_PRELUDE` with the factories' per-operator headers read from the installed
+    torch and put in without their own includes (their ``*_ops.h`` declarations kept).
+
+    Why: ``ATen/ops/empty.h`` and the rest include ``ATen/Context.h``, ``ATen/TensorUtils.h`` and more, which the
+    inline factories do not use; nvcc parses every header three times (its host front end, its device front end and
+    the host compiler), and those includes are a large part of the prelude (benchmarks/README.md). Candidates that use
+    them fail the light build and are built again with the full prelude. `LIGHT_PRELUDE` when a header is missing."""
+    if not _CUDA_LIGHT_PRELUDE:
+        import torch
+
+        root, factories = os.path.join(os.path.dirname(torch.__file__), "include"), []
+        try:
+            for op in _FACTORIES:
+                with open(os.path.join(root, "ATen", "ops", f"{op}.h"), encoding="utf-8") as f:
+                    text = _NOT_AN_OPS_HEADER.sub("", f.read()).replace("#pragma once", "")
+                factories.append(f"// ATen/ops/{op}.h, its includes but the operator's declaration left out\n{text}")
+            _CUDA_LIGHT_PRELUDE.append(_prelude(factories))
+        except OSError:
+            _CUDA_LIGHT_PRELUDE.append(LIGHT_PRELUDE)
+    return _CUDA_LIGHT_PRELUDE[0]
+
+
+# <ATen/cuda/CUDAContext.h> includes ATen/Context.h and the cuBLAS, cuSPARSE and cuSOLVER headers; kernels take the
+# current stream from it (at::cuda:: names c10::cuda's) and AT_CUDA_CHECK. The light build includes the stream's header
+# in its place (the directive alone, as `_EXTENSION_H`) and defines the check as ATen/cuda/Exceptions.h does.
+_CUDA_CONTEXT_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]ATen/cuda/CUDAContext\.h[>"]', re.M)
+CUDA_CONTEXT_LIGHT = "#include <c10/cuda/CUDAStream.h>  /* kevin: for <ATen/cuda/CUDAContext.h> */"
+CUDA_CHECKS = ["#include <c10/cuda/CUDAException.h>", "#define AT_CUDA_CHECK(EXPR) C10_CUDA_CHECK(EXPR)"]
+
 
 CPU_LIGHT_PRELUDE = LIGHT_PRELUDE + "\n#include <ATen/Parallel.h>  // at::parallel_for, at::get_num_threads\n"
 """The prelude of a CPU kernel unit (:mod:`.split`): `LIGHT_PRELUDE` and ATen's thread pool, which CPU kernels use."""
@@ -121,9 +170,10 @@ _TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\
 
 
 def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
-    """The bound ``load_inline`` arguments of the same build with `LIGHT_PRELUDE` for its CUDA unit, or None when
-    it does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to this torch, a CUDA
-    source that includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions
+    """The bound ``load_inline`` arguments of the same build with `cuda_light_prelude` for its CUDA unit (and its
+    ``#include <ATen/cuda/CUDAContext.h>`` directives replaced by `CUDA_CONTEXT_LIGHT`, `CUDA_CHECKS` defined before
+    the sources), or None when it does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to
+    this torch, a CUDA source that includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions
     ``requires_grad``: the light prelude's ``torch::empty`` is ``at::empty``, which rejects options asking for
     gradients, where the full prelude's autograd factory accepts them).
 
@@ -142,7 +192,9 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     cpp = [cpp] if isinstance(cpp, str) else list(cpp or [])
     light = dict(arguments)
     light["cpp_sources"] = ["#include <torch/extension.h>", *cpp]
-    light["cuda_sources"] = [LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", *cuda]
+    context = [_CUDA_CONTEXT_H.sub(CUDA_CONTEXT_LIGHT, x) for x in cuda]
+    checks = CUDA_CHECKS if context != cuda else []
+    light["cuda_sources"] = [cuda_light_prelude(), "#include <cuda.h>", "#include <cuda_runtime.h>", *checks, *context]
     light["no_implicit_headers"] = True
     return light
 

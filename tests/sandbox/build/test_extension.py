@@ -53,7 +53,8 @@ import threading  # noqa: E402
 import pytest  # noqa: E402
 
 from kevin.sandbox.build import extension as _extension  # noqa: E402
-from kevin.sandbox.build.extension import LIGHT_FAILED, LIGHT_PRELUDE, light_arguments  # noqa: E402
+from kevin.sandbox.build.extension import (  # noqa: E402
+    LIGHT_FAILED, LIGHT_MARK, cuda_light_prelude, light_arguments)
 
 KERNEL = "__global__ void k(float* x) { x[0] = 1.0f; }\ntorch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }"
 DECL = "torch::Tensor f(torch::Tensor x);"
@@ -89,7 +90,7 @@ def test_light_prelude_leaves_main_cpp_byte_for_byte_as_load_inline_writes_it(mo
     main_light, cuda_light = _written_sources(monkeypatch, tmp_path, light_arguments(plain))
     assert main_light == main_plain
     assert cuda_plain.startswith("#include <torch/types.h>\n")
-    assert cuda_light == "\n".join([LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", KERNEL])
+    assert cuda_light == "\n".join([cuda_light_prelude(), "#include <cuda.h>", "#include <cuda_runtime.h>", KERNEL])
 
 
 @pytest.mark.parametrize("include", ["#include <torch/types.h>", '#include "torch/all.h"', "#include <ATen/ATen.h>",
@@ -111,7 +112,7 @@ class _FakeBuild:
         self.light_fails, self.error, self.calls = light_fails, error, []
 
     def __call__(self, **arguments):
-        light = arguments["cuda_sources"][0] == LIGHT_PRELUDE
+        light = arguments["cuda_sources"][0].startswith(LIGHT_MARK)
         self.calls.append(("light" if light else "full", arguments["build_directory"]))
         if light and self.light_fails:
             raise RuntimeError(self.error)
@@ -209,7 +210,7 @@ def _stub_torch_build(monkeypatch, log, light_fails=True):
     from torch.utils import cpp_extension as ce
 
     def fake_build(name, sources, build_directory, **kwargs):
-        light = open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        light = open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_MARK)
         log.append(("light" if light else "full", name))
         if light and light_fails:
             raise RuntimeError(f"Error building extension '{name}': identifier \"undeclared\" is undefined")
@@ -242,7 +243,7 @@ def test_a_light_attempt_that_finds_no_library_falls_back_to_the_full_prelude(mo
     log = []
     ce = _stub_torch_build(monkeypatch, log)
     monkeypatch.setattr(ce, "_write_ninja_file_and_build_library", lambda name, sources, build_directory, **kw: (
-        log.append(("waited", name)) if open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_PRELUDE)
+        log.append(("waited", name)) if open(os.path.join(build_directory, "cuda.cu")).read().startswith(LIGHT_MARK)
         else open(os.path.join(build_directory, name + ".so"), "w").close()))
     _extension.install(str(tmp_path / "ext"), "cuda")
     assert ce.load_inline(name="ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["f"]) == "ext"
@@ -289,6 +290,22 @@ def test_light_prelude_off_builds_with_the_full_prelude_only(monkeypatch, tmp_pa
     assert [kind for kind, _ in fake.calls] == ["full"]
 
 
+def test_the_cuda_light_prelude_defines_the_factories_without_their_headers_includes():
+    # ATen/ops/empty.h includes ATen/Context.h and more, which its inline factories do not need
+    prelude = cuda_light_prelude()
+    assert "inline at::Tensor empty_like(" in prelude and "#include <ATen/ops/empty_like_ops.h>" in prelude
+    assert "#include <ATen/Context.h>" not in prelude and "#include <ATen/ops/empty.h>" not in prelude
+
+
+def test_a_cuda_context_include_becomes_the_streams_header_in_the_light_build_only():
+    # <ATen/cuda/CUDAContext.h> brings ATen/Context.h back; the light build takes the stream and the checks without it
+    source = "#include <ATen/cuda/CUDAContext.h>  // the stream\n" + KERNEL
+    arguments = _bound(cuda_sources=source)
+    light = light_arguments(arguments)["cuda_sources"]
+    assert light[3:] == [*_extension.CUDA_CHECKS, _extension.CUDA_CONTEXT_LIGHT + "  // the stream\n" + KERNEL]
+    assert arguments["cuda_sources"] == source  # the full build, if the light one fails, compiles what was written
+
+
 HOST_API = r"""
 __global__ void scale(const float* x, float* y, float a, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -312,6 +329,8 @@ torch::Tensor f(torch::Tensor x, torch::Tensor w) {
     scale<<<(n + 255) / 256, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         xc.data_ptr<float>(), y.data_ptr<float>(), 2.0f, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    scale<<<1, 32, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), 1.0f, 1);
+    AT_CUDA_CHECK(cudaGetLastError());
     (void)z; (void)o; (void)o2; (void)o3; (void)o4; (void)v; (void)b; (void)h2; (void)maybe; (void)w;
     return y;
 }
@@ -320,16 +339,17 @@ torch::Tensor f(torch::Tensor x, torch::Tensor w) {
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(tmp_path):
-    # nvcc -c of the CUDA unit as load_inline writes it with the light prelude: the tensor methods, factories,
-    # options, dtypes, dispatch macros and checks that kernels' host wrappers use (about 30 s on a 2-core machine)
+    # nvcc -c of the CUDA unit that the light build writes for a source taking its stream from
+    # <ATen/cuda/CUDAContext.h>: the tensor methods, factories, options, dtypes, dispatch macros and checks that
+    # kernels' host wrappers use (about 20 s on a 2-core machine)
     from torch.utils import cpp_extension as ce
 
     stub = tmp_path / "stub"  # the CPU wheel ships c10/cuda headers without the CMake-generated one they include
     (stub / "c10/cuda/impl").mkdir(parents=True)
     (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n")
     src = tmp_path / "cuda.cu"
-    src.write_text("\n".join([LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>",
-                              "#include <c10/cuda/CUDAStream.h>", "#include <c10/cuda/CUDAException.h>", HOST_API]))
+    source = "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n" + HOST_API
+    src.write_text("\n".join(light_arguments(_bound(cuda_sources=source))["cuda_sources"]))
     includes = [f"-I{stub}"] + [f"-I{p}" for p in ce.include_paths()]
     cmd = ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
            "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
