@@ -67,22 +67,25 @@ KEY_ARGS = (
 
 
 # the directive alone: what follows it on its line stays (a comment it opens, a line splice), or lines that the static
-# checks read as commented would become code once the directive is gone
-_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/extension\.h[>"]', re.M)
+# checks read as commented would become code once the directive is gone. What replaces it holds no comment marker:
+# a "*/" in it would close a comment the directive sits in, and compile what the checks read as commented.
+_EXTENSION_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(<torch/extension\.h>|"torch/extension\.h")', re.M)
+EXTENSION_H_DROPPED = "#include <ATen/core/Tensor.h>"
+"""What stands for ``#include <torch/extension.h>``: a header every unit already includes first (through
+``<torch/types.h>`` or a light prelude), so the directive adds nothing."""
 
 
 def drop_extension_header(sources: Any) -> Any:
-    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` directive replaced by a
-    comment; the rest of its line is kept as written.
+    """CUDA sources (a string or a list of strings) with every ``#include <torch/extension.h>`` directive replaced by
+    `EXTENSION_H_DROPPED`; the rest of its line is kept as written.
 
     >>> drop_extension_header(["#include <torch/extension.h>\\n__global__ void k() {}"])
-    ['/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */\\n__global__ void k() {}']
+    ['#include <ATen/core/Tensor.h>\\n__global__ void k() {}']
     """
-    note = "/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */"
     if isinstance(sources, str):
-        return _EXTENSION_H.sub(note, sources)
+        return _EXTENSION_H.sub(EXTENSION_H_DROPPED, sources)
     if isinstance(sources, (list, tuple)):
-        return [_EXTENSION_H.sub(note, x) if isinstance(x, str) else x for x in sources]
+        return [_EXTENSION_H.sub(EXTENSION_H_DROPPED, x) if isinstance(x, str) else x for x in sources]
     return sources
 
 
@@ -148,17 +151,47 @@ def cuda_light_prelude() -> str:
                     text = _NOT_AN_OPS_HEADER.sub("", f.read()).replace("#pragma once", "")
                 factories.append(f"// ATen/ops/{op}.h, its includes but the operator's declaration left out\n{text}")
             _CUDA_LIGHT_PRELUDE.append(_prelude(factories))
-        except OSError:
+        except (OSError, ValueError):  # (a header missing, or not UTF-8)
             _CUDA_LIGHT_PRELUDE.append(LIGHT_PRELUDE)
     return _CUDA_LIGHT_PRELUDE[0]
 
 
 # <ATen/cuda/CUDAContext.h> includes ATen/Context.h and the cuBLAS, cuSPARSE and cuSOLVER headers; kernels take the
-# current stream from it (at::cuda:: names c10::cuda's) and AT_CUDA_CHECK. The light build includes the stream's header
-# in its place (the directive alone, as `_EXTENSION_H`) and defines the check as ATen/cuda/Exceptions.h does.
-_CUDA_CONTEXT_H = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]ATen/cuda/CUDAContext\.h[>"]', re.M)
-CUDA_CONTEXT_LIGHT = "#include <c10/cuda/CUDAStream.h>  /* kevin: for <ATen/cuda/CUDAContext.h> */"
+# current stream from it (at::cuda:: names c10::cuda's) and AT_CUDA_CHECK. The lighter build includes the stream's
+# header in its place (the directive alone, as `_EXTENSION_H`) and defines the check as ATen/cuda/Exceptions.h does.
+_CUDA_CONTEXT_H = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<ATen/cuda/CUDAContext\.h>", re.M)
+CUDA_CONTEXT_LIGHT = "#include <c10/cuda/CUDAStream.h>"
 CUDA_CHECKS = ["#include <c10/cuda/CUDAException.h>", "#define AT_CUDA_CHECK(EXPR) C10_CUDA_CHECK(EXPR)"]
+# the ATen headers a source may include and still build after `cuda_light_prelude`: none of them includes a factory
+# header, whose definitions that prelude already holds (outside the header, so its #pragma once cannot skip them)
+_LIGHTER_ATEN = {"ATen/core/Tensor.h", "ATen/Dispatch.h", "ATen/cuda/CUDAContext.h"}
+_INCLUDE = re.compile(r"[ \t]*#[ \t]*include[ \t]*<([^>\n]*)>")
+
+
+def lighter_sources(cuda: list[str]) -> list[str] | None:
+    """The CUDA sources for `cuda_light_prelude`: their live ``#include <ATen/cuda/CUDAContext.h>`` directives made
+    `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings,
+    line splices), a conditional directive (which may hide a directive from the build), a quoted include, or an
+    ATen header other than `_LIGHTER_ATEN`'s. Comments and strings are masked first: a directive inside a comment is
+    no directive, and stays as written."""
+    from kevin.sandbox.build import split as _split
+
+    out = []
+    for source in cuda:
+        masked = _split.mask(source)
+        if masked is None:
+            return None
+        for m in _split.DIRECTIVE.finditer(masked):
+            if m.group(1) not in _split.PLAIN_DIRECTIVES:
+                return None
+            if m.group(1) == "include":
+                header = _INCLUDE.match(masked, m.start())
+                if header is None or (header.group(1).startswith("ATen/") and header.group(1) not in _LIGHTER_ATEN):
+                    return None
+        for m in reversed(list(_CUDA_CONTEXT_H.finditer(masked))):  # (masking keeps every offset)
+            source = source[:m.start()] + CUDA_CONTEXT_LIGHT + source[m.end():]
+        out.append(source)
+    return out
 
 
 CPU_LIGHT_PRELUDE = LIGHT_PRELUDE + "\n#include <ATen/Parallel.h>  // at::parallel_for, at::get_num_threads\n"
@@ -170,12 +203,13 @@ _TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\
 
 
 def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
-    """The bound ``load_inline`` arguments of the same build with `cuda_light_prelude` for its CUDA unit (and its
-    ``#include <ATen/cuda/CUDAContext.h>`` directives replaced by `CUDA_CONTEXT_LIGHT`, `CUDA_CHECKS` defined before
-    the sources), or None when it does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to
+    """The bound ``load_inline`` arguments of the same build with a light prelude for its CUDA unit, or None when it
+    does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to
     this torch, a CUDA source that includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions
     ``requires_grad``: the light prelude's ``torch::empty`` is ``at::empty``, which rejects options asking for
-    gradients, where the full prelude's autograd factory accepts them).
+    gradients, where the full prelude's autograd factory accepts them). The prelude is `cuda_light_prelude`, with the
+    sources of `lighter_sources` (`CUDA_CHECKS` defined before them where a directive was replaced), when they suit
+    it; else `LIGHT_PRELUDE` and the sources as written.
 
     ``main.cpp`` keeps its bytes: ``no_implicit_headers`` would drop its ``<torch/extension.h>``, so it is put back
     first, where load_inline puts it (its precompiled header and object cache still apply).
@@ -192,9 +226,13 @@ def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     cpp = [cpp] if isinstance(cpp, str) else list(cpp or [])
     light = dict(arguments)
     light["cpp_sources"] = ["#include <torch/extension.h>", *cpp]
-    context = [_CUDA_CONTEXT_H.sub(CUDA_CONTEXT_LIGHT, x) for x in cuda]
-    checks = CUDA_CHECKS if context != cuda else []
-    light["cuda_sources"] = [cuda_light_prelude(), "#include <cuda.h>", "#include <cuda_runtime.h>", *checks, *context]
+    lighter = lighter_sources(cuda)
+    if lighter is None:  # the factories from their own headers, the sources as written
+        light["cuda_sources"] = [LIGHT_PRELUDE, "#include <cuda.h>", "#include <cuda_runtime.h>", *cuda]
+    else:
+        checks = CUDA_CHECKS if lighter != cuda else []
+        light["cuda_sources"] = [cuda_light_prelude(), "#include <cuda.h>", "#include <cuda_runtime.h>", *checks,
+                                 *lighter]
     light["no_implicit_headers"] = True
     return light
 
@@ -500,7 +538,8 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
-    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try `LIGHT_PRELUDE` first for CUDA units.
+    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try a light
+    prelude first for CUDA units (`light_arguments`).
     ``niceness``: the nice value the builds run at (`call_niced`): above the worker's own, its compilers yield a core
     they share to a timed worker.
     """

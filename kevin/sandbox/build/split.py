@@ -41,8 +41,8 @@ MAIN, KERNEL = "main.cpp", "kernel.cpp"
 # file-scope words a plain function definition's head never needs; with one of them the split is not tried
 _REFUSED_HEAD = re.compile(r"\b(template|static|inline|extern|constexpr|consteval|friend|operator|namespace|typedef|"
                            r"using|struct|class|enum|union|__attribute__|__declspec|asm|__asm__)\b|\[\[")
-_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.M)
-_ALLOWED_DIRECTIVES = {"include", "pragma", "define", "undef", ""}
+DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.M)
+PLAIN_DIRECTIVES = {"include", "pragma", "define", "undef", ""}  # no conditional ones: a scan reads every line
 _TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
 
 
@@ -98,12 +98,12 @@ def declarations(source: str, names: Sequence[str]) -> list[str] | None:
     if masked is None:
         return None
     macros = set()
-    for m in _DIRECTIVE.finditer(masked):
-        if m.group(1) not in _ALLOWED_DIRECTIVES:  # #if / #ifdef / #else ...: scopes this scan cannot follow
+    for m in DIRECTIVE.finditer(masked):
+        if m.group(1) not in PLAIN_DIRECTIVES:  # #if / #ifdef / #else ...: scopes this scan cannot follow
             return None
         if m.group(1) in ("define", "undef") and (word := re.match(r"\s*(\w+)", m.group(2))):
             macros.add(word.group(1))
-    masked = _DIRECTIVE.sub(lambda m: " " * len(m.group(0)), masked)
+    masked = DIRECTIVE.sub(lambda m: " " * len(m.group(0)), masked)
     clean = "".join(" " if m == " " else s for s, m in zip(source, masked))  # comments dropped, literals kept
     heads: dict[str, list[str]] = {name: [] for name in names}
     depth, start = 0, 0

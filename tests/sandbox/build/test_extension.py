@@ -5,9 +5,7 @@ import subprocess
 
 import pytest
 
-from kevin.sandbox.build.extension import drop_extension_header
-
-NOTE = "/* kevin: <torch/extension.h> dropped (load_inline includes <torch/types.h>) */"
+from kevin.sandbox.build.extension import EXTENSION_H_DROPPED as NOTE, drop_extension_header
 
 
 def test_cuda_source_is_compiled_without_torch_extension_header():
@@ -33,7 +31,11 @@ def test_a_comment_opened_on_the_header_line_still_hides_what_followed_once_the_
     gcc = shutil.which("g++") or shutil.which("c++")
     if gcc is None:
         pytest.skip("needs a C++ compiler to preprocess")
-    pre = subprocess.run([gcc, "-E", "-P", "-x", "c++", "-"], input=out, capture_output=True, text=True, check=True)
+    from torch.utils import cpp_extension as ce
+
+    includes = [f"-I{p}" for p in ce.include_paths()]  # (the directive that stands for the header is kept)
+    pre = subprocess.run([gcc, "-E", "-P", "-x", "c++", *includes, "-"], input=out, capture_output=True, text=True,
+                         check=True)
     assert "hidden_python_call" not in pre.stdout and "__global__ void k" in pre.stdout
 
 
@@ -304,6 +306,26 @@ def test_a_cuda_context_include_becomes_the_streams_header_in_the_light_build_on
     light = light_arguments(arguments)["cuda_sources"]
     assert light[3:] == [*_extension.CUDA_CHECKS, _extension.CUDA_CONTEXT_LIGHT + "  // the stream\n" + KERNEL]
     assert arguments["cuda_sources"] == source  # the full build, if the light one fails, compiles what was written
+
+
+def test_header_directives_inside_a_comment_are_not_rewritten_into_code():
+    # a rewrite that put "*/" in its text would close the comment and compile what the static checks read as
+    # commented; a directive in a comment is no directive, so no checks are added for it either
+    from kevin.sandbox.build import split
+
+    source = f"/*\n#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n{HIDDEN}\n/* */\n{KERNEL}"
+    light = light_arguments(_bound(cuda_sources=drop_extension_header(source)))["cuda_sources"]
+    assert HIDDEN in light[-1] and HIDDEN not in split.mask(light[-1])
+    assert not set(_extension.CUDA_CHECKS) & set(light)
+
+
+@pytest.mark.parametrize("other", ["#include <ATen/TensorIndexing.h>", "#if 1\n#endif", '#include "helpers.h"'])
+def test_a_source_the_scan_cannot_vouch_for_keeps_the_factories_own_headers(other):
+    # ATen/TensorIndexing.h includes the factory headers (their definitions would then come twice); a conditional
+    # directive may hide a directive from the build, and a quoted include's header is not known
+    light = light_arguments(_bound(cuda_sources=f"{other}\n#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"))
+    assert light["cuda_sources"][0] == _extension.LIGHT_PRELUDE
+    assert light["cuda_sources"][-1].endswith(f"#include <ATen/cuda/CUDAContext.h>\n{KERNEL}")
 
 
 HOST_API = r"""
