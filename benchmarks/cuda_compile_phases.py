@@ -36,7 +36,6 @@ from kevin.data import corpus, tasks_from_spec  # noqa: E402
 from kevin.sandbox.build import extension  # noqa: E402
 
 
-
 def build(task_spec: str, cache_dir: str) -> Path:
     """Build the task's fast corpus answer through the sandbox's load_inline; its CUDA unit's build directory."""
     task = tasks_from_spec(task_spec)[0]
@@ -48,7 +47,7 @@ def build(task_spec: str, cache_dir: str) -> Path:
         f.write(answer.code)
     extension.import_candidate(path)
     dirs = [Path(p).parent for p in glob.glob(os.path.join(ext_root, "*", "cuda.cu"))]
-    dirs = [d for d in dirs if "kevin: a lighter prelude" in (d / "cuda.cu").read_text()]
+    dirs = [d for d in dirs if (d / "cuda.cu").read_text().startswith(extension.LIGHT_MARK)]
     return max(dirs, key=lambda d: (d / "cuda.cu").stat().st_mtime)
 
 

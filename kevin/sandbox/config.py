@@ -109,9 +109,8 @@ class SandboxConfig:
     the same functions with other kernels share the compiled bindings. False = every build compiles its own"""
     light_prelude: bool = True
     """compile a CUDA unit first with a lighter prelude than load_inline's ``<torch/types.h>`` (the tensor class,
-    dispatch macros and allocation factories; ``kevin.sandbox.build.extension.cuda_light_prelude``, with the current stream's header
-    for ``<ATen/cuda/CUDAContext.h>``), and again as written when it does not compile. False = the full prelude
-    always"""
+    dispatch macros and allocation factories: ``kevin.sandbox.build.extension.light_arguments``), and again as
+    written when it does not compile. False = the full prelude always"""
     parallel_checks: bool = True
     """let candidates on one device run their (untimed) correctness sets at the same time; timings always run
     alone on their device. False = a correctness run has its device alone too (the device is still handed on

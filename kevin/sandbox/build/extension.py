@@ -204,12 +204,12 @@ _TORCH_UMBRELLA = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\
 
 def light_arguments(arguments: dict[str, Any]) -> dict[str, Any] | None:
     """The bound ``load_inline`` arguments of the same build with a light prelude for its CUDA unit, or None when it
-    does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to
-    this torch, a CUDA source that includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions
-    ``requires_grad``: the light prelude's ``torch::empty`` is ``at::empty``, which rejects options asking for
-    gradients, where the full prelude's autograd factory accepts them). The prelude is `cuda_light_prelude`, with the
-    sources of `lighter_sources` (`CUDA_CHECKS` defined before them where a directive was replaced), when they suit
-    it; else `LIGHT_PRELUDE` and the sources as written.
+    does not apply (no CUDA sources, ``no_implicit_headers`` already set or unknown to this torch, a CUDA source that
+    includes a ``torch/`` header or ATen's umbrella headers itself, or one that mentions ``requires_grad``: the light
+    prelude's ``torch::empty`` is ``at::empty``, which rejects options asking for gradients, where the full prelude's
+    autograd factory accepts them). The prelude is `cuda_light_prelude`, with the sources of `lighter_sources`
+    (`CUDA_CHECKS` defined before them where a directive was replaced), when they suit it; else `LIGHT_PRELUDE` and
+    the sources as written.
 
     ``main.cpp`` keeps its bytes: ``no_implicit_headers`` would drop its ``<torch/extension.h>``, so it is put back
     first, where load_inline puts it (its precompiled header and object cache still apply).
@@ -538,8 +538,8 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
 
     ``on_build(build_dir)`` is called before each build (the parent uses it to clear the build lock of a
     process it had to kill mid-build). ``pch_root``: where :func:`._pch.ensure` puts precompiled headers
-    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled). ``light``: try a light
-    prelude first for CUDA units (`light_arguments`).
+    (None: never use one). ``obj_root``: the :mod:`._objcache` directory (None: every ``main.cpp`` is compiled).
+    ``light``: try a light prelude first for CUDA units (`light_arguments`).
     ``niceness``: the nice value the builds run at (`call_niced`): above the worker's own, its compilers yield a core
     they share to a timed worker.
     """
