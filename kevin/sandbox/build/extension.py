@@ -46,6 +46,7 @@ same declarations and flags, other kernels) compile it once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import inspect
@@ -130,9 +131,9 @@ LIGHT_PRELUDE = _prelude([f"#include <ATen/ops/{op}.h>" for op in _FACTORIES])
 per-operator headers, and torch/types.h's names for them (the CPU kernel unit's, :mod:`.split`)."""
 
 _NOT_AN_OPS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<(?!ATen/ops/\w+_ops\.h>)[^>\n]*>', re.M)
-_CUDA_LIGHT_PRELUDE: list[str] = []
 
 
+@functools.cache  # (read once per process: the headers of the torch it imported)
 def cuda_light_prelude() -> str:
     """The CUDA unit's light prelude: `LIGHT_PRELUDE` with the factories' per-operator headers read from the installed
     torch and put in without their own includes (their ``*_ops.h`` declarations kept).
@@ -141,19 +142,17 @@ def cuda_light_prelude() -> str:
     inline factories do not use; nvcc parses every header three times (its host front end, its device front end and
     the host compiler), and those includes are a large part of the prelude (benchmarks/README.md). Candidates that use
     them fail the light build and are built again with the full prelude. `LIGHT_PRELUDE` when a header is missing."""
-    if not _CUDA_LIGHT_PRELUDE:
-        import torch
+    import torch
 
-        root, factories = os.path.join(os.path.dirname(torch.__file__), "include"), []
-        try:
-            for op in _FACTORIES:
-                with open(os.path.join(root, "ATen", "ops", f"{op}.h"), encoding="utf-8") as f:
-                    text = _NOT_AN_OPS_HEADER.sub("", f.read()).replace("#pragma once", "")
-                factories.append(f"// ATen/ops/{op}.h, its includes but the operator's declaration left out\n{text}")
-            _CUDA_LIGHT_PRELUDE.append(_prelude(factories))
-        except (OSError, ValueError):  # (a header missing, or not UTF-8)
-            _CUDA_LIGHT_PRELUDE.append(LIGHT_PRELUDE)
-    return _CUDA_LIGHT_PRELUDE[0]
+    root, factories = os.path.join(os.path.dirname(torch.__file__), "include"), []
+    try:
+        for op in _FACTORIES:
+            with open(os.path.join(root, "ATen", "ops", f"{op}.h"), encoding="utf-8") as f:
+                text = _NOT_AN_OPS_HEADER.sub("", f.read()).replace("#pragma once", "")
+            factories.append(f"// ATen/ops/{op}.h, its includes but the operator's declaration left out\n{text}")
+    except (OSError, ValueError):  # (a header missing, or not UTF-8)
+        return LIGHT_PRELUDE
+    return _prelude(factories)
 
 
 # <ATen/cuda/CUDAContext.h> includes ATen/Context.h and the cuBLAS, cuSPARSE and cuSOLVER headers; kernels take the
