@@ -20,7 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from kevin.data.builtin import tasks_from_spec  # noqa: E402
 from kevin.data.corpus import kernel_answers  # noqa: E402
 from kevin.sandbox import Sandbox, SandboxConfig  # noqa: E402
-from kevin.sandbox.build import pch  # noqa: E402
+from kevin.sandbox.build import extension, pch  # noqa: E402
+
+
+def light_coverage(cache_dir: str) -> tuple[int, int]:
+    """(CUDA units tried with the light prelude, those of them that failed it and were built as written)."""
+    units = [p for p in Path(cache_dir, "ext").glob("*/cuda.cu")
+             if p.read_text(errors="replace").startswith(extension.LIGHT_MARK)]
+    return len(units), sum((p.parent / extension.LIGHT_FAILED).exists() for p in units)
 
 
 def main() -> None:
@@ -47,6 +54,9 @@ def main() -> None:
     if sandbox.backend == "cuda":
         pch.ensure(sandbox.cache_dir, "cuda")
     print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
+    if sandbox.backend == "cuda":
+        tried, failed = light_coverage(sandbox.cache_dir)
+        print(f"light prelude: {tried} CUDA units tried, {failed} of them built as written instead", flush=True)
 
 
 if __name__ == "__main__":
