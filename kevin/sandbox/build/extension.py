@@ -169,15 +169,17 @@ _INCLUDE = re.compile(r"[ \t]*#[ \t]*include[ \t]*<([^>\n]*)>")
 
 def lighter_sources(cuda: list[str]) -> list[str] | None:
     """The CUDA sources for `cuda_light_prelude`: their live ``#include <ATen/cuda/CUDAContext.h>`` directives made
-    `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings,
-    line splices), a conditional directive (which may hide a directive from the build), a quoted include, or an
-    ATen header other than `_LIGHTER_ATEN`'s. Comments and strings are masked first: a directive inside a comment is
-    no directive, and stays as written."""
+    `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings),
+    a conditional directive (which may hide a directive from the build), a quoted include, an ATen header other than
+    `_LIGHTER_ATEN`'s, or a context directive with a line splice inside. The scan reads the lines as the preprocessor
+    does (`split.join_splices`: multi-line macros are common in kernels), comments and strings masked: a directive
+    inside a comment is no directive, and stays as written."""
     from kevin.sandbox.build import split as _split
 
     out = []
     for source in cuda:
-        masked = _split.mask(source)
+        joined, where = _split.join_splices(source)
+        masked = _split.mask(joined)
         if masked is None:
             return None
         for m in _split.DIRECTIVE.finditer(masked):
@@ -188,7 +190,10 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
                 if header is None or (header.group(1).startswith("ATen/") and header.group(1) not in _LIGHTER_ATEN):
                     return None
         for m in reversed(list(_CUDA_CONTEXT_H.finditer(masked))):  # (masking keeps every offset)
-            source = source[:m.start()] + CUDA_CONTEXT_LIGHT + source[m.end():]
+            start, end = where[m.start()], where[m.end() - 1] + 1
+            if end - start != m.end() - m.start():
+                return None
+            source = source[:start] + CUDA_CONTEXT_LIGHT + source[end:]
         out.append(source)
     return out
 

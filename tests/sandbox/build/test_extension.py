@@ -328,12 +328,41 @@ def test_a_source_the_scan_cannot_vouch_for_keeps_the_factories_own_headers(othe
     assert light["cuda_sources"][-1].endswith(f"#include <ATen/cuda/CUDAContext.h>\n{KERNEL}")
 
 
+SPLICED_MACRO = "#define CHECK_INPUT(x) \\\n    TORCH_CHECK((x).is_cuda(), #x)\n"
+
+
+def test_a_source_with_a_multi_line_macro_gets_the_streams_header_too():
+    # kernels often continue a macro over lines with a backslash; the scan reads the joined lines as the
+    # preprocessor does, so such a source still takes the light build's swap
+    source = f"#include <ATen/cuda/CUDAContext.h>\n{SPLICED_MACRO}{KERNEL}"
+    light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
+    assert light[-1] == f"{_extension.CUDA_CONTEXT_LIGHT}\n{SPLICED_MACRO}{KERNEL}"
+
+
+def test_a_directive_a_splice_continues_into_a_comment_is_not_rewritten():
+    # "// note \" continues the comment onto the next line: the include there is commented out for the compiler,
+    # so it stays as written (and no checks are added for it)
+    source = f"// note \\\n#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"
+    light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
+    assert light[-1] == source and not set(_extension.CUDA_CHECKS) & set(light)
+
+
+def test_a_context_directive_with_a_splice_inside_is_left_to_the_factories_own_headers():
+    # rewriting it would have to cut through the splice: the source keeps the full context header instead
+    source = f"#include <ATen/cuda/\\\nCUDAContext.h>\n{KERNEL}"
+    light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
+    assert light[0] == _extension.LIGHT_PRELUDE and light[-1] == source
+
+
 HOST_API = r"""
+#define CHECK_CUDA(x) \
+    TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor")
 __global__ void scale(const float* x, float* y, float a, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i];
 }
 torch::Tensor f(torch::Tensor x, torch::Tensor w) {
+    CHECK_CUDA(x);
     TORCH_CHECK(x.is_cuda() && x.dtype() == torch::kFloat32 && x.scalar_type() == at::ScalarType::Float, "x");
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
@@ -362,8 +391,8 @@ torch::Tensor f(torch::Tensor x, torch::Tensor w) {
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(tmp_path):
     # nvcc -c of the CUDA unit that the light build writes for a source taking its stream from
-    # <ATen/cuda/CUDAContext.h>: the tensor methods, factories, options, dtypes, dispatch macros and checks that
-    # kernels' host wrappers use (about 20 s on a 2-core machine)
+    # <ATen/cuda/CUDAContext.h>: the tensor methods, factories, options, dtypes, dispatch macros, checks and a
+    # multi-line macro that kernels' host wrappers use (about 20 s on a 2-core machine)
     from torch.utils import cpp_extension as ce
 
     stub = tmp_path / "stub"  # the CPU wheel ships c10/cuda headers without the CMake-generated one they include
@@ -371,7 +400,9 @@ def test_the_light_prelude_compiles_a_kernel_using_the_usual_host_api_with_nvcc(
     (stub / "c10/cuda/impl/cuda_cmake_macros.h").write_text("#pragma once\n")
     src = tmp_path / "cuda.cu"
     source = "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n" + HOST_API
-    src.write_text("\n".join(light_arguments(_bound(cuda_sources=source))["cuda_sources"]))
+    light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
+    assert light[-1].startswith(_extension.CUDA_CONTEXT_LIGHT)  # the lighter build, its multi-line macro and all
+    src.write_text("\n".join(light))
     includes = [f"-I{stub}"] + [f"-I{p}" for p in ce.include_paths()]
     cmd = ["nvcc", "-c", "-std=c++17", "-arch=sm_90", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
            "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",

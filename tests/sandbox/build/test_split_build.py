@@ -9,7 +9,7 @@ import pytest
 from kevin.sandbox.build import extension as _extension
 from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, LIGHT_FAILED
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
-from kevin.sandbox.build.split import KERNEL, MAIN, declarations, mask, split_sources
+from kevin.sandbox.build.split import KERNEL, MAIN, declarations, join_splices, mask, split_sources
 
 KERNEL_SOURCE = r"""#include <torch/extension.h>
 #include <cmath>
@@ -52,6 +52,12 @@ def test_a_prototype_before_the_definition_is_not_a_second_definition():
 def test_braces_and_parentheses_inside_strings_and_comments_do_not_move_the_scope():
     src = 'void h() { const char* s = "}{("; /* } */ }\n// {\ntorch::Tensor f(torch::Tensor x) { return x; }'
     assert declarations(src, ["f"]) == ["torch::Tensor f(torch::Tensor x);"]
+
+
+def test_a_backslash_newline_is_deleted_once_as_the_preprocessor_does():
+    # a, backslash, backslash, newline, newline, b (0-5): the backslash at 2 goes with the newline at 3; the one at 1
+    # then stands before the newline at 4 and stays (phase 2 is one pass): the kept indices are 0, 1, 4, 5
+    assert join_splices("a\\\\\n\nb") == ("a\\\nb", [0, 1, 4, 5])
 
 
 def test_a_digit_separator_is_not_a_character_literal():
