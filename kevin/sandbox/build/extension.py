@@ -171,13 +171,18 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
     """The CUDA sources for `cuda_light_prelude`: their live ``#include <ATen/cuda/CUDAContext.h>`` directives made
     `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings),
     a conditional directive (which may hide a directive from the build), a quoted include, an ATen header other than
-    `_LIGHTER_ATEN`'s, or a context directive with a line splice inside. The scan reads the lines as the preprocessor
-    does (`split.join_splices`: multi-line macros are common in kernels), comments and strings masked: a directive
-    inside a comment is no directive, and stays as written."""
+    `_LIGHTER_ATEN`'s, a carriage return outside a CRLF, a splice from one source into the next (``load_inline``
+    joins them with newlines), or a context directive whose text is not exactly what the scan read (a splice inside,
+    or the tail of a comment before it on its line: rewriting that would drop the ``*/``). The scan reads the lines as
+    the preprocessor does (`split.join_splices`: multi-line macros are common in kernels), comments and strings
+    masked: a directive inside a comment is no directive, and stays as written."""
     from kevin.sandbox.build import split as _split
 
     out = []
-    for source in cuda:
+    for k, source in enumerate(cuda):
+        seam = k < len(cuda) - 1 and re.search(r"\\[ \t\f\v]*\r?\Z", source)  # spliced into the next source
+        if seam or re.search(r"\r(?!\n)", source):
+            return None
         joined, where = _split.join_splices(source)
         masked = _split.mask(joined)
         if masked is None:
@@ -191,7 +196,7 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
                     return None
         for m in reversed(list(_CUDA_CONTEXT_H.finditer(masked))):  # (masking keeps every offset)
             start, end = where[m.start()], where[m.end() - 1] + 1
-            if end - start != m.end() - m.start():
+            if source[start:end] != masked[m.start():m.end()]:
                 return None
             source = source[:start] + CUDA_CONTEXT_LIGHT + source[end:]
         out.append(source)

@@ -46,18 +46,22 @@ PLAIN_DIRECTIVES = {"include", "pragma", "define", "undef", ""}  # no conditiona
 _TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
 
 
-def join_splices(source: str) -> tuple[str, list[int]]:
-    """``source`` as the preprocessor reads it after its second phase (each backslash that ends a line deleted with
-    its newline, in one pass), and for each character kept its index in ``source``: a scan of the joined text reads
-    the lines a multi-line macro or a continued comment make, and its offsets map back to ``source``.
+SPLICE = re.compile(r"\\[ \t\f\v]*\r?\n")
+"""A line splice as GCC reads one: a backslash, then blanks (a warning, no error), then a newline (CRLF too)."""
 
-    >>> join_splices("#define TWO 1 \\\\\\n + 1")
-    ('#define TWO 1  + 1', [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19])
+
+def join_splices(source: str) -> tuple[str, list[int]]:
+    """``source`` as the preprocessor reads it after its second phase (each `SPLICE` deleted, in one pass), and for
+    each character kept its index in ``source``: a scan of the joined text reads the lines a multi-line macro or a
+    continued comment make, and its offsets map back to ``source``.
+
+    >>> join_splices("#define TWO 1 \\\\ \\n + 1")
+    ('#define TWO 1  + 1', [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 18, 19, 20])
     """
     kept, i = [], 0
-    while (j := source.find("\\\n", i)) >= 0:
-        kept.extend(range(i, j))
-        i = j + 2
+    for m in SPLICE.finditer(source):
+        kept.extend(range(i, m.start()))
+        i = m.end()
     kept.extend(range(i, len(source)))
     return "".join(source[k] for k in kept), kept
 

@@ -339,12 +339,33 @@ def test_a_source_with_a_multi_line_macro_gets_the_streams_header_too():
     assert light[-1] == f"{_extension.CUDA_CONTEXT_LIGHT}\n{SPLICED_MACRO}{KERNEL}"
 
 
-def test_a_directive_a_splice_continues_into_a_comment_is_not_rewritten():
-    # "// note \" continues the comment onto the next line: the include there is commented out for the compiler,
-    # so it stays as written (and no checks are added for it)
-    source = f"// note \\\n#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"
+@pytest.mark.parametrize("opener", ["// note \\\n", "// note \\\r\n", "#define NOTE \\ \n"])
+def test_a_directive_a_splice_continues_into_a_comment_or_macro_is_not_rewritten(opener):
+    # a backslash ends the comment's (or the macro's) line, a CRLF or blanks after it included, as GCC reads them: the
+    # include on the next line is commented out (or the macro's body) for the compiler, so it stays as written, and
+    # no checks are added for it
+    source = f"{opener}#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"
     light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
-    assert light[-1] == source and not set(_extension.CUDA_CHECKS) & set(light)
+    assert light[0] == cuda_light_prelude() and light[-1] == source
+    assert not set(_extension.CUDA_CHECKS) & set(light)
+
+
+def test_a_comment_closed_before_a_context_directive_is_not_reopened_by_its_rewrite():
+    # "*/ #include ..." is a directive to GCC (the comment is whitespace); rewriting from the line's start would
+    # drop the "*/", and the comment would then end at the "*/" inside the later line comment, compiling code
+    # the rules read as commented
+    source = f"/* notes\n*/ #include <ATen/cuda/CUDAContext.h>\n// */ {HIDDEN}\n{KERNEL}"
+    light = light_arguments(_bound(cuda_sources=source))["cuda_sources"]
+    assert light[0] == _extension.LIGHT_PRELUDE and light[-1] == source
+
+
+@pytest.mark.parametrize("sources", [["#define M \\", f"#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"],
+                                     [f"int x;\r#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"]])
+def test_sources_whose_lines_the_scan_cannot_vouch_for_are_built_as_written(sources):
+    # load_inline joins its sources with newlines, so the first source's last backslash splices the next one's
+    # first line into its macro; a lone carriage return ends a line for some readers and not for others
+    light = light_arguments(_bound(cuda_sources=sources))["cuda_sources"]
+    assert light[0] == _extension.LIGHT_PRELUDE and light[-len(sources):] == sources
 
 
 def test_a_context_directive_with_a_splice_inside_is_left_to_the_factories_own_headers():
