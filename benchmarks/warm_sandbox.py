@@ -54,6 +54,11 @@ def main() -> None:
     if sandbox.backend == "cuda":
         pch.ensure(sandbox.cache_dir, "cuda")
     print(f"done in {time.monotonic() - start:.1f} s: {dict(counts)}", flush=True)
+    compiles = sorted(float((r.details.get("phase_seconds") or {}).get("compile", 0.0)) for r in results
+                      if (r.details.get("phase_seconds") or {}).get("compile"))
+    if compiles:
+        print(f"compile seconds of {len(compiles)} kernels: median {compiles[len(compiles) // 2]:.1f}, "
+              f"max {compiles[-1]:.1f}", flush=True)
     if sandbox.backend == "cuda":
         tried, failed = light_coverage(sandbox.cache_dir)
         print(f"light prelude: {tried} CUDA units tried, {failed} of them built as written instead", flush=True)
