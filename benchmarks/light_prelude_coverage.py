@@ -4,7 +4,8 @@
 
 For each first-turn corpus answer of the tasks, its ``load_inline`` arguments are captured (the call is stopped before
 it builds), turned into the light build's (`extension.light_arguments`), and the CUDA unit is compiled with
-``nvcc -c`` against the installed torch's headers. Prints, per answer, whether it got the lighter prelude (the
+``nvcc -c`` against the installed torch's headers, with torch's usual CUDA flags (not the sandbox's exact command:
+an answer's own ``extra_cuda_cflags`` and the extension's defines are left out). Prints, per answer, whether it got the lighter prelude (the
 factories without their headers' includes) or the factories' own headers, nvcc's exit code and seconds. Runs on a
 machine without a GPU (the CPU wheel lacks one CMake-generated c10 header, stubbed here); a source that includes
 ``<ATen/cuda/CUDAContext.h>`` and keeps it needs the cuBLAS and cuSPARSE headers, which such a machine may lack.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import inspect
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,11 +65,18 @@ def main() -> None:
     args = parser.parse_args()
     from torch.utils import cpp_extension as ce
 
-    work = Path(tempfile.mkdtemp(prefix="light_coverage_"))
+    if shutil.which("nvcc") is None:
+        sys.exit("needs nvcc on PATH")
+    with tempfile.TemporaryDirectory(prefix="light_coverage_") as tmp:
+        report(args, Path(tmp), ce.include_paths())
+
+
+def report(args: argparse.Namespace, work: Path, include_paths: list[str]) -> None:
+    """Capture, compile in ``work`` and print each answer's light unit."""
     stub = work / "stub" / "c10" / "cuda" / "impl"
     stub.mkdir(parents=True)
     (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
-    includes = [f"-I{work / 'stub'}"] + [f"-I{p}" for p in ce.include_paths()]
+    includes = [f"-I{work / 'stub'}"] + [f"-I{p}" for p in include_paths]
     units = []
     for task in tasks_from_spec(args.tasks):
         for answer in corpus.kernel_answers(task, "cuda"):

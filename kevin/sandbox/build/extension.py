@@ -171,7 +171,8 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
     """The CUDA sources for `cuda_light_prelude`: their live ``#include <ATen/cuda/CUDAContext.h>`` directives made
     `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings),
     a conditional directive (which may hide a directive from the build), a quoted include, an ATen header other than
-    `_LIGHTER_ATEN`'s, a carriage return outside a CRLF, a splice from one source into the next (``load_inline``
+    `_LIGHTER_ATEN`'s, a NUL, form feed or vertical tab (GCC's blanks in directives and splices), a carriage return
+    outside a CRLF, a splice from one source into the next (``load_inline``
     joins them with newlines), or a context directive whose text is not exactly what the scan read (a splice inside,
     or the tail of a comment before it on its line: rewriting that would drop the ``*/``). The scan reads the lines as
     the preprocessor does (`split.join_splices`: multi-line macros are common in kernels), comments and strings
@@ -181,7 +182,7 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
     out = []
     for k, source in enumerate(cuda):
         seam = k < len(cuda) - 1 and re.search(r"\\[ \t\f\v]*\r?\Z", source)  # spliced into the next source
-        if seam or re.search(r"\r(?!\n)", source):
+        if seam or re.search(r"[\0\f\v]|\r(?!\n)", source):  # blanks the patterns below would not read as GCC does
             return None
         joined, where = _split.join_splices(source)
         masked = _split.mask(joined)

@@ -74,7 +74,7 @@ def mask(source: str) -> str | None:
     >>> mask('int f() { return g("a;{"); } // }')
     'int f() { return g("___"); }     '
     """
-    if re.search(r'\bu?8?[RLU]?R"', source) or "\\\n" in source:
+    if re.search(r'\bu?8?[RLU]?R"', source) or SPLICE.search(source):
         return None
     out, i, n = list(source), 0, len(source)
     while i < n:

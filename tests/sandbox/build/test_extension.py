@@ -360,10 +360,13 @@ def test_a_comment_closed_before_a_context_directive_is_not_reopened_by_its_rewr
 
 
 @pytest.mark.parametrize("sources", [["#define M \\", f"#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"],
-                                     [f"int x;\r#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"]])
+                                     [f"int x;\r#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"],
+                                     [f"#define M \\\0\n#include <ATen/cuda/CUDAContext.h>\n{KERNEL}"],
+                                     [f"\f#if 0\n#include <ATen/cuda/CUDAContext.h>\n\f#endif\n{KERNEL}"]])
 def test_sources_whose_lines_the_scan_cannot_vouch_for_are_built_as_written(sources):
     # load_inline joins its sources with newlines, so the first source's last backslash splices the next one's
-    # first line into its macro; a lone carriage return ends a line for some readers and not for others
+    # first line into its macro; a lone carriage return ends a line for some readers and not for others; GCC reads
+    # a NUL after a backslash as a blank of a splice, and a form feed before "#" as a directive's indentation
     light = light_arguments(_bound(cuda_sources=sources))["cuda_sources"]
     assert light[0] == _extension.LIGHT_PRELUDE and light[-len(sources):] == sources
 
