@@ -172,11 +172,11 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
     `CUDA_CONTEXT_LIGHT`. None when a source does not suit it: one this scan cannot read (`split.mask`: raw strings),
     a conditional directive (which may hide a directive from the build), a quoted include, an ATen header other than
     `_LIGHTER_ATEN`'s, a NUL, form feed or vertical tab (GCC's blanks in directives and splices), a carriage return
-    outside a CRLF, a splice from one source into the next (``load_inline``
-    joins them with newlines), or a context directive whose text is not exactly what the scan read (a splice inside,
-    or the tail of a comment before it on its line: rewriting that would drop the ``*/``). The scan reads the lines as
-    the preprocessor does (`split.join_splices`: multi-line macros are common in kernels), comments and strings
-    masked: a directive inside a comment is no directive, and stays as written."""
+    outside a CRLF, a splice from one source into the next (``load_inline`` joins them with newlines), or a context
+    directive whose text is not exactly what the scan read (a splice inside, or the tail of a comment before it on its
+    line: rewriting that would drop the ``*/``). The scan reads the lines as the preprocessor does
+    (`split.join_splices`: multi-line macros are common in kernels), comments and strings masked: a directive inside
+    a comment is no directive, and stays as written."""
     from kevin.sandbox.build import split as _split
 
     out = []
