@@ -24,7 +24,8 @@ from kevin.sandbox.build import extension, pch  # noqa: E402
 
 
 def light_coverage(cache_dir: str) -> tuple[int, int]:
-    """(CUDA units tried with the light prelude, those of them that failed it and were built as written)."""
+    """(CUDA units tried with the light prelude, those of them that failed it and were built as written): every unit in
+    the cache's ``ext`` directory, earlier runs' included when the cache is reused."""
     units = [p for p in Path(cache_dir, "ext").glob("*/cuda.cu")
              if p.read_text(errors="replace").startswith(extension.LIGHT_MARK)]
     return len(units), sum((p.parent / extension.LIGHT_FAILED).exists() for p in units)

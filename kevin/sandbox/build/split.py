@@ -46,8 +46,8 @@ PLAIN_DIRECTIVES = {"include", "pragma", "define", "undef", ""}  # no conditiona
 _TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
 
 
-SPLICE = re.compile(r"\\[ \t\f\v]*\r?\n")
-"""A line splice as GCC reads one: a backslash, then blanks (a warning, no error), then a newline (CRLF too)."""
+SPLICE = re.compile(r"\\[ \t\f\v\0]*(?:\r\n|\r|\n)")
+"""A line splice as GCC reads one: a backslash, then blanks (a warning, no error), then a line end (LF, CRLF, CR)."""
 
 
 def join_splices(source: str) -> tuple[str, list[int]]:

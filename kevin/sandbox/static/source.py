@@ -1474,16 +1474,17 @@ def _prepare_cpp(text: str) -> str:
 def _splice_lines(text: str) -> str:
     r"""Join each line ending in a backslash to the next, as the preprocessor does before it reads any token
     (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler). GCC also
-    splices a backslash followed by spaces (with a warning), so that counts too. The joined lines are padded with
-    empty ones, so line numbers after them still match the source.
+    splices a backslash followed by blanks (spaces, tabs, form feeds, vertical tabs, NULs: a warning), so those count
+    too, and ends a line at LF, CRLF or a lone CR. The joined lines are padded with empty ones, so line numbers after
+    them still match the source.
 
     >>> _splice_lines("at::ma\\\nt\\  \nmul(a, b);\nx;")
     'at::matmul(a, b);\n\n\nx;'
     """
     out: list[str] = []
     pending, joined = "", 0
-    for line in text.split("\n"):
-        m = re.search(r"\\[ \t\f\v]*\r?$", line)
+    for line in re.split(r"\r\n|\r|\n", text):
+        m = re.search(r"\\[ \t\f\v\0]*$", line)
         if m:
             pending += line[: m.start()]
             joined += 1

@@ -88,6 +88,20 @@ def test_rejects_an_aten_call_spliced_with_trailing_spaces_after_the_backslash()
     assert has(_cpu("auto y = at::ma\\  \ntmul(x, x);"), "at::matmul")
 
 
+def _cpu_escaped(extra: str) -> list[str]:
+    """As `_cpu`, with the C++ source a plain string literal, so that escapes in ``extra`` reach the compiler as the
+    characters they name (a NUL or a carriage return cannot be written into the candidate's file as such)."""
+    source = CPU_CANDIDATE.replace('r"""', '"""', 1)
+    return check_format(source.replace("    return out;\n}", f"    {extra}\n    return out;\n}}", 1), backend="cpu")
+
+
+@pytest.mark.parametrize("splice", [r"\\\x00\n", r"\\\r"], ids=["nul-before-the-newline", "lone-carriage-return"])
+def test_rejects_a_thread_spliced_with_what_gcc_also_reads_as_a_line_splice(splice):
+    # GCC reads a NUL between the backslash and the newline as a blank, and a lone CR as a line end: both join
+    # "pthread_" and "create" into one name (gcc -E shows it), as a plain backslash-newline does
+    assert has(_cpu_escaped(f"pthread_{splice}create(nullptr, nullptr, nullptr, nullptr);"), "pthread_create")
+
+
 def test_rejects_a_thread_spliced_across_lines():
     assert has(_cpu("pthread_\\\ncreate(nullptr, nullptr, nullptr, nullptr);"), "pthread_create")
 
