@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, drop_extension_header
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
+from kevin.sandbox.static.source import SPLICE
 
 MAIN, KERNEL = "main.cpp", "kernel.cpp"
 
@@ -44,10 +45,6 @@ _REFUSED_HEAD = re.compile(r"\b(template|static|inline|extern|constexpr|consteva
 DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.M)
 PLAIN_DIRECTIVES = {"include", "pragma", "define", "undef", ""}  # no conditional ones: a scan reads every line
 _TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
-
-
-SPLICE = re.compile(r"\\[ \t\f\v\0]*(?:\r\n|\r|\n)")
-"""A line splice as GCC reads one: a backslash, then blanks (a warning, no error), then a line end (LF, CRLF, CR)."""
 
 
 def join_splices(source: str) -> tuple[str, list[int]]:

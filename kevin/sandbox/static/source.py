@@ -1471,30 +1471,37 @@ def _prepare_cpp(text: str) -> str:
     return "\n".join(body_lines)
 
 
+LINE_END = r"\r\n|\r|\n"
+"""Where GCC ends a physical line: LF, CRLF or a lone CR."""
+
+SPLICE_BLANKS = r"[ \t\f\v\0]"
+"""What GCC lets stand between a splice's backslash and its line end: spaces, tabs, form feeds, vertical tabs, NULs."""
+
+SPLICE = re.compile(rf"\\{SPLICE_BLANKS}*(?:{LINE_END})")
+"""A line splice as GCC reads one: a backslash, then blanks (a warning, no error), then a line end. The static rules
+and the build's scan (`kevin.sandbox.build.split.join_splices`) both read lines through it."""
+
+
 def _splice_lines(text: str) -> str:
-    r"""Join each line ending in a backslash to the next, as the preprocessor does before it reads any token
-    (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler). GCC also
-    splices a backslash followed by blanks (spaces, tabs, form feeds, vertical tabs, NULs: a warning), so those count
-    too, and ends a line at LF, CRLF or a lone CR. The joined lines are padded with empty ones, so line numbers after
-    them still match the source.
+    r"""Join each line ending in a `SPLICE` to the next, as the preprocessor does before it reads any token
+    (``Py\<newline>Run_SimpleString`` is ``PyRun_SimpleString`` to the compiler). The joined lines are padded with
+    empty ones, so line numbers after them still match the source.
 
     >>> _splice_lines("at::ma\\\nt\\  \nmul(a, b);\nx;")
     'at::matmul(a, b);\n\n\nx;'
     """
     out: list[str] = []
     pending, joined = "", 0
-    for line in re.split(r"\r\n|\r|\n", text):
-        m = re.search(r"\\[ \t\f\v\0]*$", line)
-        if m:
-            pending += line[: m.start()]
+    text = re.sub(rf"\\{SPLICE_BLANKS}*\Z", "", text)  # a splice at the file's end: GCC reads a line end there
+    pieces = re.split(f"({SPLICE.pattern}|{LINE_END})", text)  # line, its end, line, its end, ..., last line
+    for line, end in zip(pieces[::2], pieces[1::2] + [""]):
+        if SPLICE.fullmatch(end):
+            pending += line
             joined += 1
             continue
         out.append(pending + line)
         out += [""] * joined
         pending, joined = "", 0
-    if joined:
-        out.append(pending)
-        out += [""] * (joined - 1)
     return "\n".join(out)
 
 
