@@ -199,7 +199,8 @@ class DeviceGate:
     With ``step_aside_after_s``, an ``in_use`` holder that calls `step_aside` between its decoding steps leaves the
     device to the timings that have waited that long, and comes back once they are done: a correct kernel is timed
     at the policy's next check between decoding steps, not after the whole generate call, and its group's next turn
-    is due sooner.
+    is due sooner. While correctness runs still hold the device the timing could not start, so the holder keeps
+    decoding, no new correctness run is let in, and it steps aside at its first check after they have left.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
@@ -215,6 +216,7 @@ class DeviceGate:
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared() and in_use()
         self._in_use = 0  # holders of in_use()
+        self._aside_due = False  # the in_use() holder steps aside once the correctness runs on the device have left
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
         self._queue: list[tuple[float, int, bool]] = []  # ... and its (priority, ticket, pause): smallest goes first
@@ -230,7 +232,7 @@ class DeviceGate:
         keep a timing out for good."""
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
-        if self._in_use and not in_use:
+        if self._in_use and not in_use and not self._aside_due:
             return True
         patience = self.policy_patience_s if in_use else self.patience_s
         return not self._waiting or time.monotonic() - min(self._waiting) < patience
@@ -265,6 +267,7 @@ class DeviceGate:
             with self._cond:
                 self._shared -= 1
                 self._in_use -= 1
+                self._aside_due = self._aside_due and self._in_use > 0
                 self._cond.notify_all()
 
     def step_aside(self, before: Callable[[], Any] | None = None) -> float:
@@ -272,12 +275,17 @@ class DeviceGate:
         or longer, call ``before()`` (the holder's own device work finished: a CUDA synchronize), leave the device
         until every timing waiting now has had it (or given up), then come back as ``in_use()`` is admitted. Seconds
         away: 0.0 when nothing waited long enough, the gate has no ``step_aside_after_s``, or another ``in_use()``
-        holder would keep the timing out anyway."""
+        holder would keep the timing out anyway. While correctness runs (or a timing's shared tail) hold the device,
+        the timing could not start: 0.0 as well, and no new correctness run is admitted until the holder steps aside."""
         after = self.step_aside_after_s
         if after is None:  # (without taking the lock, which a timing holds while it stops compiles)
             return 0.0
         with self._cond:
-            if self._in_use > 1 or not self._waiting or time.monotonic() - min(self._waiting) < after:
+            due = self._in_use == 1 and bool(self._waiting) and time.monotonic() - min(self._waiting) >= after
+            was, self._aside_due = self._aside_due, due and self._shared > self._in_use
+            if was and not self._aside_due:
+                self._cond.notify_all()  # correctness runs held back for it may go in again (or after the timing)
+            if not due or self._aside_due:
                 return 0.0
         if before is not None:
             before()

@@ -218,11 +218,10 @@ def test_a_decoding_keeps_the_device_while_the_waiting_timing_is_younger_than_th
 
 
 def test_a_decoding_that_stepped_aside_comes_back_when_the_timing_gives_up():
-    # a correctness run keeps the timing out until its 0.5 s timeout: the policy, away for it, comes back then
+    # a compile that has not named its process yet keeps the timing out (it cannot be stopped) until the timing's
+    # 0.5 s timeout: the policy, away for it, comes back then
     gate, log = DeviceGate(patience_s=30.0, policy_patience_s=30.0, step_aside_after_s=0.0), []
-    run = _start(gate.shared, log, "run")
-    assert run[1].wait(5)
-    with gate.in_use():
+    with gate.pausable(), gate.in_use():
         gave_up = []
 
         def timing():
@@ -236,8 +235,77 @@ def test_a_decoding_that_stepped_aside_comes_back_when_the_timing_gives_up():
         _until(lambda: gate._waiting)
         away = gate.step_aside()
         assert gate._in_use == 1 and gave_up == ["_Cancelled"] and 0.3 < away < 5.0
-    _release_in_turn(run)
     assert "timing in" not in log
+
+
+def test_a_decoding_keeps_the_device_while_a_correctness_run_keeps_the_timing_out_then_steps_aside():
+    # a's correctness run holds the device when the timing is due (waited 0.5 s, past the gate's 0.2 s): the timing
+    # could not start, so the policy decodes on (0.0 away); once a has left, its next check steps aside
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), []
+    a = _start(gate.shared, log, "a")
+    assert a[1].wait(5)
+    with gate.in_use():
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        time.sleep(0.5)
+        assert gate.step_aside(before=lambda: log.append("synced")) == 0.0
+        _release_in_turn(a)
+        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        assert gate.step_aside(before=lambda: log.append("synced")) > 0.0
+    timing[0].join(5)
+    assert log == ["a in", "a out", "synced", "timing in", "timing out"]
+
+
+def test_a_correctness_run_arriving_while_a_decoding_waits_to_step_aside_goes_after_the_timing():
+    # past the timing's patience, a correctness run is let in beside a decoding only while the decoding would not
+    # step aside: once it waits to, b would keep the device from the timing longer, so b waits for the timing
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), []
+    a = _start(gate.shared, log, "a")
+    assert a[1].wait(5)
+    with gate.in_use():
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        time.sleep(0.5)
+        assert gate.step_aside() == 0.0
+        b = _start(gate.shared, log, "b")
+        assert not b[1].wait(0.3)
+        _release_in_turn(a)
+        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        gate.step_aside()
+    _release_in_turn(b)
+    timing[0].join(5)
+    assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
+
+
+def test_correctness_runs_go_in_beside_a_decoding_again_once_the_timing_it_waited_for_gave_up():
+    # a holds the device; the decoding waits to step aside for a first timing (due after 1 s), which gives up at 1.2 s.
+    # A second timing has then waited 0.5 s: past the 0.3 s patience, not yet due, so the decoding's next check lets
+    # b in beside it, as before any timing was due (were it still waiting to step aside, b would wait)
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=1.0), []
+    a = _start(gate.shared, log, "a")
+    assert a[1].wait(5)
+    with gate.in_use():
+        first = threading.Thread(target=lambda: _cancelled(gate.exclusive, 1.2), daemon=True)
+        first.start()
+        _until(lambda: gate._waiting)
+        time.sleep(1.1)
+        assert gate.step_aside() == 0.0 and gate._aside_due
+        first.join(5)
+        second = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        time.sleep(0.5)
+        assert gate.step_aside() == 0.0
+        b = _start(gate.shared, log, "b")
+        assert b[1].wait(5)
+        _release_in_turn(a, b)
+    _release_in_turn(second)
+    assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out"]
+
+
+def _cancelled(ctx, timeout):
+    """Enter ``ctx(timeout=...)``, expecting it to give up (`_Cancelled`)."""
+    with contextlib.suppress(Exception), ctx(timeout=timeout):
+        raise AssertionError("admitted")
 
 
 def test_a_hold_of_several_devices_does_not_step_aside():
