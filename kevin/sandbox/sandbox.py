@@ -193,14 +193,16 @@ class DeviceGate:
     ``max_shared`` caps the shared holders at once (None: no cap): on a GPU each holds device memory.
     ``in_use()`` is held while other work of this process computes on the device (a policy decoding between
     evaluations): no timing starts meanwhile, and so correctness runs are admitted beside it whatever waits,
-    since holding them back could not let a timing in sooner. It is admitted like a correctness run, but with its
+    since holding them back could not let a timing in sooner (unless the holder is about to step aside: below).
+    It is admitted like a correctness run, but with its
     own ``policy_patience_s`` (None: ``patience_s``): a rollout fixes a call's rows before it asks for the device,
     so a timing let in first cannot add its kernel's group to that call, while every group in the call waits.
     With ``step_aside_after_s``, an ``in_use`` holder that calls `step_aside` between its decoding steps leaves the
     device to the timings that have waited that long, and comes back once they are done: a correct kernel is timed
     at the policy's next check between decoding steps, not after the whole generate call, and its group's next turn
     is due sooner. While correctness runs still hold the device the timing could not start, so the holder keeps
-    decoding, no new correctness run is let in, and it steps aside at its first check after they have left.
+    decoding and steps aside at its first check after they have left; meanwhile new correctness runs are admitted
+    by the patience rule, as if the holder were already away.
     Exclusive callers are admitted in the order of their ``priority`` (default: when they began to wait), not in
     the order the threads happen to wake: the Sandbox passes each candidate's arrival, so a rollout's kernels are
     timed in the order they were written and a group of them is judged as soon as its own timings are done.
@@ -216,7 +218,7 @@ class DeviceGate:
         self._cond = threading.Condition()
         self._shared = 0  # holders of shared() and in_use()
         self._in_use = 0  # holders of in_use()
-        self._aside_due = False  # the in_use() holder steps aside once the correctness runs on the device have left
+        self._aside_due = False  # the one in_use() holder is stepping aside, or will once the device has drained
         self._exclusive = False  # exclusive() is held
         self._waiting: list[float] = []  # when each caller now waiting in exclusive() began to wait
         self._queue: list[tuple[float, int, bool]] = []  # ... and its (priority, ticket, pause): smallest goes first
@@ -229,10 +231,11 @@ class DeviceGate:
     def _admits_shared(self, in_use: bool = False) -> bool:
         """Whether a correctness run (or, ``in_use``, other work) may hold the device now. A new ``in_use`` holder
         keeps its patience rule even while another one holds the device: otherwise two overlapping holders could
-        keep a timing out for good."""
+        keep a timing out for good. Beside a holder that is stepping aside (`step_aside`) a correctness run keeps
+        the patience rule too."""
         if self._exclusive or (self.max_shared is not None and self._shared >= self.max_shared):
             return False
-        if self._in_use and not in_use and not self._aside_due:
+        if self._in_use and not in_use and not (self._aside_due and self._in_use == 1):
             return True
         patience = self.policy_patience_s if in_use else self.patience_s
         return not self._waiting or time.monotonic() - min(self._waiting) < patience
@@ -255,7 +258,7 @@ class DeviceGate:
     def in_use(self, timeout: float | None = None) -> Iterator[None]:
         """Admission for other work on the device (a policy decoding), as a correctness run is admitted but with
         ``policy_patience_s``; while it is held, no timing starts and correctness runs are admitted even past a
-        waiting timing's patience."""
+        waiting timing's patience (but while its holder steps aside: `step_aside`)."""
         with self._cond:
             if not self._cond.wait_for(lambda: self._admits_shared(in_use=True), timeout=_bounded(timeout)):
                 raise _Cancelled
@@ -267,7 +270,7 @@ class DeviceGate:
             with self._cond:
                 self._shared -= 1
                 self._in_use -= 1
-                self._aside_due = self._aside_due and self._in_use > 0
+                self._aside_due = False  # (set by this holder, or by one before it: either way no longer its)
                 self._cond.notify_all()
 
     def step_aside(self, before: Callable[[], Any] | None = None) -> float:
@@ -276,26 +279,34 @@ class DeviceGate:
         until every timing waiting now has had it (or given up), then come back as ``in_use()`` is admitted. Seconds
         away: 0.0 when nothing waited long enough, the gate has no ``step_aside_after_s``, or another ``in_use()``
         holder would keep the timing out anyway. While correctness runs (or a timing's shared tail) hold the device,
-        the timing could not start: 0.0 as well, and no new correctness run is admitted until the holder steps aside."""
+        the timing could not start: 0.0 as well, and from then until the holder steps aside, new correctness runs
+        are admitted by the patience rule, as if it were away (`_aside_due`)."""
         after = self.step_aside_after_s
         if after is None:  # (without taking the lock, which a timing holds while it stops compiles)
             return 0.0
         with self._cond:
             due = self._in_use == 1 and bool(self._waiting) and time.monotonic() - min(self._waiting) >= after
-            was, self._aside_due = self._aside_due, due and self._shared > self._in_use
-            if was and not self._aside_due:
-                self._cond.notify_all()  # correctness runs held back for it may go in again (or after the timing)
-            if not due or self._aside_due:
+            drained = self._shared == self._in_use
+            if self._aside_due and not due:
+                self._cond.notify_all()  # correctness runs held back for a timing no longer due may go in again
+            self._aside_due = due  # kept through before(): no run slips in while the holder finishes its work
+            if not due or not drained:
                 return 0.0
-        if before is not None:
-            before()
+        try:
+            if before is not None:
+                before()
+        except BaseException:
+            with self._cond:
+                self._aside_due = False
+                self._cond.notify_all()
+            raise
         with self._cond:
             left, away = time.monotonic(), False
             waiting = {ticket for _, ticket, _ in self._queue}
             try:  # back once none of them waits or holds the device alone (a timing's shared tail may go on)
                 self._shared -= 1
                 self._in_use -= 1
-                away = True
+                self._aside_due, away = False, True
                 self._cond.notify_all()
                 self._cond.wait_for(lambda: not self._exclusive and not any(
                     ticket in waiting for _, ticket, _ in self._queue))

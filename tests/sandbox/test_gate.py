@@ -256,9 +256,39 @@ def test_a_decoding_keeps_the_device_while_a_correctness_run_keeps_the_timing_ou
     assert log == ["a in", "a out", "synced", "timing in", "timing out"]
 
 
+def test_a_decoding_keeps_the_device_while_a_timings_shared_tail_keeps_the_next_timing_out():
+    # the first timing's hold is shared after its timed loop (its rechecks compared): the next timing waits for that
+    # tail as for a correctness run, so the policy decodes on until the tail has ended
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), []
+    tail_in, tail_out = threading.Event(), threading.Event()
+
+    def first():
+        with gate.exclusive() as hold:
+            hold.share()
+            log.append("tail in")
+            tail_in.set()
+            tail_out.wait(10)
+            log.append("tail out")
+
+    threading.Thread(target=first, daemon=True).start()
+    assert tail_in.wait(5)
+    with gate.in_use():
+        timing = _start(gate.exclusive, log, "timing")
+        _until(lambda: gate._waiting)
+        time.sleep(0.5)
+        assert gate.step_aside() == 0.0
+        tail_out.set()
+        _until(lambda: gate._shared == 1)  # the policy's own hold alone
+        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        assert gate.step_aside() > 0.0
+    timing[0].join(5)
+    assert log == ["tail in", "tail out", "timing in", "timing out"]
+
+
 def test_a_correctness_run_arriving_while_a_decoding_waits_to_step_aside_goes_after_the_timing():
     # past the timing's patience, a correctness run is let in beside a decoding only while the decoding would not
-    # step aside: once it waits to, b would keep the device from the timing longer, so b waits for the timing
+    # step aside: once it waits to, b would keep the device from the timing longer, so b waits for the timing, also
+    # while the decoding finishes its own work before leaving (before, 0.2 s)
     gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), []
     a = _start(gate.shared, log, "a")
     assert a[1].wait(5)
@@ -271,35 +301,57 @@ def test_a_correctness_run_arriving_while_a_decoding_waits_to_step_aside_goes_af
         assert not b[1].wait(0.3)
         _release_in_turn(a)
         threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
-        gate.step_aside()
+        gate.step_aside(before=lambda: time.sleep(0.2))
     _release_in_turn(b)
     timing[0].join(5)
     assert log == ["a in", "a out", "timing in", "timing out", "b in", "b out"]
 
 
-def test_correctness_runs_go_in_beside_a_decoding_again_once_the_timing_it_waited_for_gave_up():
-    # a holds the device; the decoding waits to step aside for a first timing (due after 1 s), which gives up at 1.2 s.
-    # A second timing has then waited 0.5 s: past the 0.3 s patience, not yet due, so the decoding's next check lets
-    # b in beside it, as before any timing was due (were it still waiting to step aside, b would wait)
+def test_a_correctness_run_held_back_for_a_timing_that_gave_up_goes_in_at_the_decodings_next_check():
+    # a holds the device; the decoding waits to step aside for a first timing (due after 1 s), which gives up at
+    # 1.6 s. A second timing then waits 0.5 s: past the 0.3 s patience, not yet due. b, arriving then, is held back
+    # while the decoding still waits to step aside, and goes in beside it at its next check, which finds no timing due
     gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=1.0), []
     a = _start(gate.shared, log, "a")
     assert a[1].wait(5)
     with gate.in_use():
-        first = threading.Thread(target=lambda: _cancelled(gate.exclusive, 1.2), daemon=True)
+        first = threading.Thread(target=lambda: _cancelled(gate.exclusive, 1.6), daemon=True)
         first.start()
         _until(lambda: gate._waiting)
         time.sleep(1.1)
-        assert gate.step_aside() == 0.0 and gate._aside_due
+        assert gate.step_aside() == 0.0
         first.join(5)
         second = _start(gate.exclusive, log, "timing")
         _until(lambda: gate._waiting)
         time.sleep(0.5)
-        assert gate.step_aside() == 0.0
         b = _start(gate.shared, log, "b")
+        assert not b[1].wait(0.3)
+        assert gate.step_aside() == 0.0
         assert b[1].wait(5)
-        _release_in_turn(a, b)
+        _release_in_turn(a)
+        _release_in_turn(b)
     _release_in_turn(second)
     assert log == ["a in", "b in", "a out", "b out", "timing in", "timing out"]
+
+
+def test_a_decoding_that_waited_to_step_aside_and_left_holds_back_no_run_beside_the_next_decoding():
+    # policy 1 waits to step aside (a holds the device, the timing is due) and ends its call; policy 2, let in
+    # beside it, never steps aside, so the timing cannot start before it ends: c goes in beside policy 2 at once
+    gate, log = DeviceGate(patience_s=0.3, policy_patience_s=30.0, step_aside_after_s=0.2), []
+    a = _start(gate.shared, log, "a")
+    assert a[1].wait(5)
+    timing = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)
+    with gate.in_use():
+        assert gate.step_aside() == 0.0
+        second = _start(gate.in_use, log, "policy 2")
+        assert second[1].wait(5)
+    c = _start(gate.shared, log, "c")
+    assert c[1].wait(5)
+    for held in (a, c, second, timing):  # one at a time: each logs its exit before the next is let go
+        _release_in_turn(held)
+    assert log == ["a in", "policy 2 in", "c in", "a out", "c out", "policy 2 out", "timing in", "timing out"]
 
 
 def _cancelled(ctx, timeout):
