@@ -238,6 +238,20 @@ def test_a_decoding_that_stepped_aside_comes_back_when_the_timing_gives_up():
     assert "timing in" not in log
 
 
+def _due_timing(gate, log):
+    """A timing that has waited 0.5 s for ``gate`` (past the 0.2-0.3 s the tests below give the gate): its (thread,
+    entered, release)."""
+    timing = _start(gate.exclusive, log, "timing")
+    _until(lambda: gate._waiting)
+    time.sleep(0.5)
+    return timing
+
+
+def _end_once_in(held):
+    """Let ``held`` (thread, entered, release) go as soon as it is in, from another thread."""
+    threading.Thread(target=lambda: (held[1].wait(5), held[2].set()), daemon=True).start()
+
+
 def test_a_decoding_keeps_the_device_while_a_correctness_run_keeps_the_timing_out_then_steps_aside():
     # a's correctness run holds the device when the timing is due (waited 0.5 s, past the gate's 0.2 s): the timing
     # could not start, so the policy decodes on (0.0 away); once a has left, its next check steps aside
@@ -245,12 +259,10 @@ def test_a_decoding_keeps_the_device_while_a_correctness_run_keeps_the_timing_ou
     a = _start(gate.shared, log, "a")
     assert a[1].wait(5)
     with gate.in_use():
-        timing = _start(gate.exclusive, log, "timing")
-        _until(lambda: gate._waiting)
-        time.sleep(0.5)
+        timing = _due_timing(gate, log)
         assert gate.step_aside(before=lambda: log.append("synced")) == 0.0
         _release_in_turn(a)
-        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        _end_once_in(timing)
         assert gate.step_aside(before=lambda: log.append("synced")) > 0.0
     timing[0].join(5)
     assert log == ["a in", "a out", "synced", "timing in", "timing out"]
@@ -273,13 +285,11 @@ def test_a_decoding_keeps_the_device_while_a_timings_shared_tail_keeps_the_next_
     threading.Thread(target=first, daemon=True).start()
     assert tail_in.wait(5)
     with gate.in_use():
-        timing = _start(gate.exclusive, log, "timing")
-        _until(lambda: gate._waiting)
-        time.sleep(0.5)
+        timing = _due_timing(gate, log)
         assert gate.step_aside() == 0.0
         tail_out.set()
         _until(lambda: gate._shared == 1)  # the policy's own hold alone
-        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        _end_once_in(timing)
         assert gate.step_aside() > 0.0
     timing[0].join(5)
     assert log == ["tail in", "tail out", "timing in", "timing out"]
@@ -293,14 +303,12 @@ def test_a_correctness_run_arriving_while_a_decoding_waits_to_step_aside_goes_af
     a = _start(gate.shared, log, "a")
     assert a[1].wait(5)
     with gate.in_use():
-        timing = _start(gate.exclusive, log, "timing")
-        _until(lambda: gate._waiting)
-        time.sleep(0.5)
+        timing = _due_timing(gate, log)
         assert gate.step_aside() == 0.0
         b = _start(gate.shared, log, "b")
         assert not b[1].wait(0.3)
         _release_in_turn(a)
-        threading.Thread(target=lambda: (timing[1].wait(5), timing[2].set()), daemon=True).start()
+        _end_once_in(timing)
         gate.step_aside(before=lambda: time.sleep(0.2))
     _release_in_turn(b)
     timing[0].join(5)
