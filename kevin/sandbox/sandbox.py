@@ -282,7 +282,9 @@ class DeviceGate:
         the timing could not start: 0.0 as well, and from then until the holder steps aside, new correctness runs
         are admitted by the patience rule, as if it were away (`_aside_due`)."""
         after = self.step_aside_after_s
-        if after is None:  # (without taking the lock, which a timing holds while it stops compiles)
+        # read without the lock (a timing holds it while it stops compiles; a policy asks after every decoding step):
+        # a timing that began to wait meanwhile is seen at the next step
+        if after is None or not (self._waiting or self._aside_due):
             return 0.0
         with self._cond:
             due = self._in_use == 1 and bool(self._waiting) and time.monotonic() - min(self._waiting) >= after

@@ -82,7 +82,8 @@ def _finished_rows_class():
     device every ``every`` steps only (one small read, beside generate's own stop check); a row that
     stopped in between is handed over at the next read (its ids up to the current step, cut at the stop by the
     caller). Rows at or past ``n_real`` (batch padding) are never handed over. ``between(sync)``, when given, is
-    called at each of those reads (`TransformersPolicy.generate`'s ``between_steps``).
+    called after every step (`TransformersPolicy.generate`'s ``between_steps``), but at a read that finds every row
+    stopped (``generate`` ends there).
     """
     import torch
     from transformers import StoppingCriteria
@@ -110,6 +111,8 @@ def _finished_rows_class():
                 self.hand_over(input_ids)
                 if self.between is not None and not bool(self.done[: self.n_real].all()):  # (else generate ends)
                     self.between(_synchronizer(input_ids.device))
+            elif self.between is not None:  # no read of the device: a timing at the gate goes in one step later
+                self.between(_synchronizer(input_ids.device))
             return torch.zeros(b, dtype=torch.bool, device=input_ids.device)
 
         def hand_over(self, input_ids: torch.Tensor) -> None:
@@ -327,9 +330,9 @@ class TransformersPolicy:
         responses, and, when a cache budget or ``batch_size`` splits the call into batches, every response of a
         batch not told yet once that batch ends (a response run to the token limit among them). Responses of the
         last batch that were not told by then come only with the return.
-        ``between_steps(sync)``: called between decoding steps where the loop reads the device anyway (with
-        ``on_done`` and stop tokens, in modes "generate" and "static"), ``sync()`` finishing the steps queued so far;
-        it may block, e.g. while a kernel is timed on this device (`kevin.sandbox.sandbox.DevicesInUse.step_aside`).
+        ``between_steps(sync)``: called after every decoding step (with ``on_done`` and stop tokens, in modes
+        "generate" and "static"), ``sync()`` finishing the steps queued so far; it may block, e.g. while a kernel is
+        timed on this device (`kevin.sandbox.sandbox.DevicesInUse.step_aside`), and should return at once otherwise.
         The model samples in eval mode (no dropout, e.g. LoRA dropout) and is put back in the mode it was in.
         """
         if not prompts:

@@ -398,8 +398,9 @@ def sample_static(
     when the first ``wait_rows`` rows have (the others are batch padding, whose tokens nobody reads).
     ``on_row(i, tokens, logprobs)``: at those checks, each real row that has stopped since, with its tokens so far
     (the caller cuts them at the stop), so that its response can be used before the longest row ends.
-    ``between()``: called at those checks too, after the device was read (the caller may block in it, e.g. while a
-    kernel is timed on this device).
+    ``between()``: called after every step (at a check, after the device was read, and not once every row has
+    stopped); the caller may block in it, e.g. while a kernel is timed on this device, and should return at once
+    otherwise.
 
     The model samples in its own dtype: autocast is off inside, also the autocast that ``accelerate.prepare``
     wraps a model's forward in (a full fine-tune kept in fp32 under bf16 mixed precision). Under autocast the
@@ -474,6 +475,8 @@ def sample_static(
                     if bool(done.all()):
                         n = t + 1
                         break
+                elif between is not None:
+                    between()
             del logits  # a CUDA-graph output: the next replay overwrites it
             if t + 1 == max_new_tokens:
                 break
