@@ -194,9 +194,9 @@ class DeviceGate:
     ``in_use()`` is held while other work of this process computes on the device (a policy decoding between
     evaluations): no timing starts meanwhile, and so correctness runs are admitted beside it whatever waits,
     since holding them back could not let a timing in sooner (unless the holder is about to step aside: below).
-    It is admitted like a correctness run, but with its
-    own ``policy_patience_s`` (None: ``patience_s``): a rollout fixes a call's rows before it asks for the device,
-    so a timing let in first cannot add its kernel's group to that call, while every group in the call waits.
+    It is admitted like a correctness run, but with its own ``policy_patience_s`` (None: ``patience_s``): a rollout
+    fixes a call's rows before it asks for the device, so a timing let in first cannot add its kernel's group to that
+    call, while every group in the call waits.
     With ``step_aside_after_s``, an ``in_use`` holder that calls `step_aside` between its decoding steps leaves the
     device to the timings that have waited that long, and comes back once they are done: a correct kernel is timed
     at the policy's next check between decoding steps, not after the whole generate call, and its group's next turn
