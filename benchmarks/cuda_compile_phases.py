@@ -11,7 +11,7 @@ runs that command again, one at a time, with ``--time`` (nvcc's per-phase millis
                    and the candidate's ``#include <ATen/cuda/CUDAContext.h>`` kept: the sandbox's unit until
                    `extension.cuda_light_prelude`
     prelude_only   the light prelude and the CUDA headers, no candidate code: what the headers alone cost
-    no_torch       the candidate's ``__global__`` kernels after ``<cuda_runtime.h>`` alone: nvcc's floor
+    no_torch       the candidate's device code (`device_code`) after ``<cuda_runtime.h>`` alone: nvcc's floor
 
 Writes ``OUT_DIR/cuda_compile_phases_<task>.json`` (wall seconds per run and nvcc's phases).
 """
@@ -63,10 +63,19 @@ def nvcc_command(build_dir: Path) -> list[str]:
     return shlex.split(line)
 
 
+def device_code(code: str) -> str:
+    """The candidate's code before its first host function on tensors (its macros, device functions and kernels),
+    its torch, ATen and c10 includes dropped; its ``__global__`` functions alone where that cut keeps none."""
+    code = re.sub(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch|ATen|c10)/[^\n]*$', "", code, flags=re.M)
+    host = re.search(r"^[^\n#]*\b(?:torch|at)::Tensor\b", code, re.M)
+    head = code[:host.start()] if host else code
+    return head if "__global__" in head else "\n\n".join(re.findall(r"__global__ .*?\n}\n", code, re.S))
+
+
 def variants(unit: str) -> dict[str, str]:
     head, _, rest = unit.partition("#include <cuda_runtime.h>")
     prelude = head + "#include <cuda_runtime.h>\n"
-    kernels = "\n\n".join(re.findall(r"__global__ .*?\n}\n", rest, re.S))
+    kernels = device_code(rest)
     before = unit.replace(extension.cuda_light_prelude(), extension.LIGHT_PRELUDE, 1)
     before = before.replace("\n".join(extension.CUDA_CHECKS) + "\n", "", 1)
     before = before.replace(extension.CUDA_CONTEXT_LIGHT, "#include <ATen/cuda/CUDAContext.h>")
