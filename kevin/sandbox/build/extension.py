@@ -178,10 +178,11 @@ def lighter_sources(cuda: list[str]) -> list[str] | None:
     (`split.join_splices`: multi-line macros are common in kernels), comments and strings masked: a directive inside
     a comment is no directive, and stays as written."""
     from kevin.sandbox.build import split as _split
+    from kevin.sandbox.static.source import SPLICE_BLANKS
 
     out = []
     for k, source in enumerate(cuda):
-        seam = k < len(cuda) - 1 and re.search(r"\\[ \t\f\v]*\r?\Z", source)  # spliced into the next source
+        seam = k < len(cuda) - 1 and re.search(rf"\\{SPLICE_BLANKS}*\r?\Z", source)  # spliced into the next source
         if seam or re.search(r"[\0\f\v]|\r(?!\n)", source):  # blanks the patterns below would not read as GCC does
             return None
         joined, where = _split.join_splices(source)
