@@ -45,23 +45,28 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def with_shared_pch(tmp_path_factory):
-    """A function that makes a build cache directory whose precompiled ``<torch/extension.h>`` (CPU, ``-O3``, the
-    test extensions' flags) is the run's one copy: built once for both xdist workers (a ``flock`` lets one build
-    while the other waits), linked into every cache that asks, so the suite's C++ builds skip parsing torch's
-    headers (about half of each compile; `kevin.sandbox.build.pch`). The sandbox looks for it in
-    ``<cache>/pch`` whatever its config says; builds are byte-identical with and without it."""
+def with_shared_compiles(tmp_path_factory):
+    """A function that makes a build cache directory sharing the run's one precompiled ``<torch/extension.h>`` (CPU,
+    ``-O3``, the test extensions' flags) and, unless ``objects=False``, the run's one object cache: both built once
+    for both xdist workers (a ``flock`` lets one build while the other waits) and linked into every cache that asks.
+    The suite's C++ builds then skip parsing torch's headers (about half of each compile; `kevin.sandbox.build.pch`),
+    and a ``main.cpp`` compiled by one test is served to the others (`kevin.sandbox.build.objcache`, which keys each
+    object by everything it depends on, as it does for the sandboxes of one training run). The sandbox finds them
+    at ``<cache>/pch`` and ``<cache>/obj``; builds are byte-identical with and without either. A test that counts
+    what the object cache stores or compiles asks for its own (``objects=False``)."""
     from kevin.sandbox.build import pch
 
     base = tmp_path_factory.getbasetemp()
     shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kevin-shared-pch"
     shared.mkdir(exist_ok=True)
     pch.ensure(str(shared), "cpu", variants=(("-O3",),))
+    (shared / "obj").mkdir(exist_ok=True)
 
-    def make(cache: str | os.PathLike) -> str:
+    def make(cache: str | os.PathLike, objects: bool = True) -> str:
         Path(cache).mkdir(parents=True, exist_ok=True)
-        link = Path(cache) / "pch"
-        if not link.exists():
-            link.symlink_to(Path(pch.root(str(shared))), target_is_directory=True)
+        links = {"pch": Path(pch.root(str(shared)))} | ({"obj": shared / "obj"} if objects else {})
+        for name, target in links.items():
+            if not (Path(cache) / name).exists():
+                (Path(cache) / name).symlink_to(target, target_is_directory=True)
         return str(cache)
     return make

@@ -50,14 +50,14 @@ def add_task():
 
 
 @pytest.fixture(scope="session")
-def cpu_sandbox(tmp_path_factory, with_shared_pch):
+def cpu_sandbox(tmp_path_factory, with_shared_compiles):
     """The real CPU sandbox, with a compile cache private to this test session (each source builds once)."""
     sandbox_mod = pytest.importorskip("kevin.sandbox", reason="kevin.sandbox.Sandbox not available")
     if not hasattr(sandbox_mod, "Sandbox"):
         pytest.skip("kevin.sandbox.Sandbox not available yet")
     from kevin.sandbox.config import SandboxConfig
 
-    cache = with_shared_pch(tmp_path_factory.mktemp("kevin-sandbox-cache"))
+    cache = with_shared_compiles(tmp_path_factory.mktemp("kevin-sandbox-cache"))
     # 50 timed calls, not 5: over 6 calls on a busy 2-core machine the wall clock implied 1.26 ms per call for a
     # 0.05 ms kernel, and the wall-clock check judged the honest kernel incorrect
     config = SandboxConfig(cache_dir=str(cache), n_trials=50, n_warmup=1, timing_budget_s=2.0, workers=2)

@@ -517,14 +517,15 @@ class _Judging:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _judging(request, tmp_path_factory, _memoised_corpus, with_shared_pch):
+def _judging(request, tmp_path_factory, _memoised_corpus, with_shared_compiles):
     """Starts judging the sandbox sample when this module starts, if a selected test of it needs `verdicts`: the
     compiles then overlap the module's other tests, which mostly keep one core busy."""
     if not any(getattr(item, "module", None) is request.module and "verdicts" in getattr(item, "fixturenames", ())
                for item in request.session.items):
         yield None
         return
-    cache = os.environ.get("KEVIN_TEST_CACHE_DIR") or with_shared_pch(tmp_path_factory.mktemp("kevin-corpus-cache"))
+    cache = (os.environ.get("KEVIN_TEST_CACHE_DIR")
+             or with_shared_compiles(tmp_path_factory.mktemp("kevin-corpus-cache")))
     judging = _Judging(cache, tmp_path_factory.mktemp("kevin-corpus-judge"))
     try:
         yield judging

@@ -82,7 +82,7 @@ def test_a_bad_folder_or_task_spec_is_a_one_line_error(tmp_path, args, message):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_solutions_are_judged_against_their_tasks_and_unmatched_files_are_listed(tmp_path, with_shared_pch):
+def test_solutions_are_judged_against_their_tasks_and_unmatched_files_are_listed(tmp_path, with_shared_compiles):
     level = _kernelbench_level(tmp_path / "kb")
     solutions = tmp_path / "solutions"
     solutions.mkdir()
@@ -90,7 +90,7 @@ def test_solutions_are_judged_against_their_tasks_and_unmatched_files_are_listed
     (solutions / "20_LeakyReLU.py").write_text(PYTORCH_LEAKY_RELU)  # PyTorch's own op: not a kernel
     (solutions / "scratch_notes.py").write_text("# not a solution of any task\n")
     out = tmp_path / "judged"
-    env = {**os.environ, "KEVIN_CACHE_DIR": with_shared_pch(tmp_path / "cache")}
+    env = {**os.environ, "KEVIN_CACHE_DIR": with_shared_compiles(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "judge_solutions.py"), "--tasks", str(level),
                            "--solutions", str(solutions), "--rules", "kevin", "--device", "cpu",
                            "--output_dir", str(out)], capture_output=True, text=True, env=env, timeout=550)

@@ -74,8 +74,8 @@ KERNEL_TASKS = "builtin:GroupNorm,Matmul_Scaling_ResidualAdd_Clamp"
 
 
 @pytest.mark.timeout(900)
-def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_sandbox(in_process, with_shared_pch,
-                                                                                       tmp_path):
+def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_sandbox(in_process,
+                                                                                       with_shared_compiles, tmp_path):
     # The main command's loop, shrunk: the shipped starter, 2 built-in tasks x 8 trajectories x 1 turn, 4 steps, every
     # kernel compiled and checked by the CPU sandbox, rewarded for correctness alone (--measure_speed false: no timing,
     # every correct kernel scores 0.3, so no timing noise enters the advantages and a seed repeats its run).
@@ -92,7 +92,7 @@ def test_the_starter_writes_more_correct_kernels_after_rl_through_the_real_cpu_s
     proc = in_process("train_multiturn.py", "--tasks", KERNEL_TASKS, "--tasks_per_step", "2", "--n_trajectories", "8",
                       "--n_turns", "1", "--steps", "4", "--measure_speed", "false", "--seed", "2",
                       "--keep_checkpoints", "0", "--output_dir", str(out),
-                      env={"KEVIN_CACHE_DIR": with_shared_pch(tmp_path / "cache")})
+                      env={"KEVIN_CACHE_DIR": with_shared_compiles(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rollout/correct" in r]
     correct = [r["rollout/correct"] for r in rows]

@@ -19,9 +19,9 @@ from sandbox_cases import LINEAR_RELU_TASK, RELU_TASK, _config, load_candidate
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory, with_shared_pch) -> str:
+def cache_dir(tmp_path_factory, with_shared_compiles) -> str:
     """A fresh build cache per session; ``KEVIN_TEST_CACHE_DIR`` reuses one across sessions (local iteration)."""
-    return os.environ.get("KEVIN_TEST_CACHE_DIR") or with_shared_pch(tmp_path_factory.mktemp("kevin-cache"))
+    return os.environ.get("KEVIN_TEST_CACHE_DIR") or with_shared_compiles(tmp_path_factory.mktemp("kevin-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -100,13 +100,13 @@ def _error_messages(procs: dict) -> dict[str, str | None]:
 
 
 @pytest.fixture(scope="module")
-def build_errors(tmp_path_factory, with_shared_pch) -> dict[str, str | None]:
+def build_errors(tmp_path_factory, with_shared_compiles) -> dict[str, str | None]:
     """The worker's ``error`` message for each broken program ('cpp', 'cuda'; None where it could not run), and the
     C++ one again ('cpp_again') with the compilers still there but no ninja to run them. The C++ program's main.cpp
     (``-O3``) compiles against the run's shared precompiled header, as a candidate's does in the sandbox: GCC then
     skips parsing torch's headers before it reaches the error."""
     root = tmp_path_factory.mktemp("feedback-builds")
-    with_shared_pch(root / "cache")
+    with_shared_compiles(root / "cache")
     home = _cuda_home()
     jobs = {"cpp": ("cpu", CPP_PROGRAM)}
     if home is not None:

@@ -1,8 +1,8 @@
 """kevin.sandbox.build.pch: the precompiled <torch/extension.h> of main.cpp.
 
 The build's locking is tested with two processes racing for a PCH whose compiler is a stand-in (a real one takes
-~30 s on 2 cores); what a real PCH does is tested on the test run's shared one (`with_shared_pch`, built once for
-the suite), with one candidate compiled against it (~20 s) for the whole file.
+~30 s on 2 cores); what a real PCH does is tested on the test run's shared one (`with_shared_compiles`, built once
+for the suite), with one candidate compiled against it (~20 s) for the whole file.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def race_cache(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pch_cache(tmp_path_factory, with_shared_pch) -> dict:
-    """A fresh cache whose ``pch`` is the test run's real CPU ``-O3`` PCH; ``dir``: that PCH's directory."""
-    cache = with_shared_pch(tmp_path_factory.mktemp("kevin-pch"))
+def pch_cache(tmp_path_factory, with_shared_compiles) -> dict:
+    """A fresh cache whose ``pch`` is the test run's real CPU ``-O3`` PCH, with its own object cache (a test here
+    counts its compiles); ``dir``: that PCH's directory."""
+    cache = with_shared_compiles(tmp_path_factory.mktemp("kevin-pch"), objects=False)
     found = _pch.find(_pch.root(cache), _pch.main_cpp_flags(with_cuda=False, extra_cflags=O3))
     assert found is not None, "the shared precompiled header was not built"
     return {"cache": cache, "dir": found}

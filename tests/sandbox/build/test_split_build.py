@@ -273,9 +273,10 @@ def test_an_error_of_the_splits_bindings_unit_is_not_reported():
 
 
 @pytest.fixture(scope="module")
-def split_cache(tmp_path_factory, with_shared_pch):
-    """A build cache with the run's precompiled headers, where `_build_in_new_process` builds."""
-    return with_shared_pch(tmp_path_factory.mktemp("split"))
+def split_cache(tmp_path_factory, with_shared_compiles):
+    """A build cache with the run's precompiled headers and its own object cache (a test here counts what it stores),
+    where `_build_in_new_process` builds."""
+    return with_shared_compiles(tmp_path_factory.mktemp("split"), objects=False)
 
 
 BUILD = """
