@@ -209,7 +209,7 @@ def test_a_model_prepared_by_accelerate_for_bf16_samples_in_its_own_dtype():
 def test_the_compiled_step_survives_more_cache_lengths_than_the_recompile_limit(tiny):
     # each cache length compiles one more decoding step; past the limit Dynamo silently ran it eagerly.
     # (config.patch, not monkeypatch: monkeypatch's undo left the config entry hidden for later tests)
-    # The prefill (dynamic shapes: compiled once whatever the length) stays eager: fewer compiles, the same claim.
+    # The prefill stays eager: the claim is about the decoding step, and compiling the prefill too only adds time.
     torch._dynamo.reset()
     ids = torch.randint(1, 100, (2, 4))
     with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):  # raise, not fall back
