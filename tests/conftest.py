@@ -57,7 +57,7 @@ def with_shared_compiles(tmp_path_factory):
     from kevin.sandbox.build import pch
 
     base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kevin-shared-pch"
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kevin-shared-compiles"
     shared.mkdir(exist_ok=True)
     pch.ensure(str(shared), "cpu", variants=(("-O3",),))
     (shared / "obj").mkdir(exist_ok=True)
