@@ -37,7 +37,8 @@ cache below shares between candidates; a split that does not build falls back th
 whole build that stops at its first error (`FATAL_ERRORS`, `reported_errors`): a compile error then costs the
 candidate about a second, not six (benchmarks/LOG.md).
 
-And it compiles ``main.cpp`` with the precompiled ``<torch/extension.h>`` of :mod:`._pch` when the parent
+And it compiles a ``main.cpp`` that includes ``<torch/extension.h>`` (the CUDA unit's bindings, a whole CPU build;
+not the split's bindings) with the precompiled header of :mod:`._pch` when the parent
 has built one for the flags of this call (``CPATH``; the build key and ninja command do not change), through
 the object cache of :mod:`._objcache` (``$CXX``): two build directories whose ``main.cpp`` is the same (the
 same declarations and flags, other kernels) compile it once.

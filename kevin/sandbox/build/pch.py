@@ -51,7 +51,9 @@ of the CUDA honest candidate 15.3 s without the PCH, 6.4 s with it (6.6-9.2 s wi
 Building one PCH: ~29 core-s (28-29 s wall warm, 46 s with a cold disk), once per cache and variant;
 each ``.gch`` is ~790 MB. On the CPU backend the directory also holds `LIGHT_HEADER` precompiled, the prelude of
 the kernel units that :mod:`.split` compiles apart from their bindings (8 s, 240 MB; such a unit then compiles in
-1.3 s instead of 3.2 s). A compile with it maps the ``.gch`` privately: ~1.15 GB resident, against
+1.3 s instead of 3.2 s). Those bindings (the split's ``main.cpp``) start with a lighter prelude than
+``extension.h`` and use neither; there the ``extension.h`` PCH serves the whole builds: calls the split does not
+take, and the build after a failed split that reports a compile error. A compile with it maps the ``.gch`` privately: ~1.15 GB resident, against
 ~1.45 GB without.
 
 Not covered: clang (no ``.gch`` lookup; `ensure` builds nothing), compiler wrappers such as ccache.

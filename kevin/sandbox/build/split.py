@@ -8,14 +8,23 @@ kernel's ``main.cpp`` took 20.4 s, the same file without the kernel 19.1 s, and 
 
 How: `split_sources` turns the call into two units,
 
-    main.cpp    #include <torch/extension.h>, a declaration of each bound function, the bindings load_inline writes
+    main.cpp    `BINDINGS_PRELUDE`, a declaration of each bound function, the bindings load_inline writes
     kernel.cpp  ``#include "kevin_light_prelude.h"`` (`extension.CPU_LIGHT_PRELUDE`, precompiled by :mod:`.pch` on the
                 CPU), then the candidate's sources with ``#include <torch/extension.h>`` dropped
 
 and `build` compiles them with ``torch.utils.cpp_extension.load`` and the call's own flags, under a module name
 taken from ``main.cpp`` (`module_name`). ``main.o`` then depends only on the functions' signatures, so the object
 cache (:mod:`.objcache`) serves it to every later candidate that declares the same functions, whatever it named
-its extension, and the precompiled header (:mod:`.pch`) still applies to it.
+its extension.
+
+``main.cpp`` starts with `BINDINGS_PRELUDE`, not ``<torch/extension.h>``: the light prelude's tensor class and
+pybind11 with torch's casters, without the C++ frontend that ``extension.h`` adds (``torch/all.h``). A declaration
+that names a type only the frontend defines fails the split build, and the call is built whole, as after any failed
+split. The bound functions convert their arguments alike, because the headers ``extension.h`` adds define no pybind11
+caster (checked against the installed torch by ``tests/sandbox/build/test_split_build.py``). It compiles in less
+time without a precompiled header than ``extension.h`` takes with one (``benchmarks/README.md``), and its text is in
+``main.cpp`` itself, so the object cache, which stores no object that depends on a file of the build directory, still
+shares ``main.o``.
 
 When it does not apply (`split_sources` returns None) the call builds as ``load_inline`` would: no bound
 ``functions``, CUDA or SYCL sources, ``no_implicit_headers``, a torch header other than ``extension.h``,
@@ -33,7 +42,7 @@ import os
 import re
 from typing import Any, Sequence
 
-from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, drop_extension_header
+from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, LIGHT_PRELUDE, drop_extension_header
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
 from kevin.sandbox.static.source import SPLICE
 
@@ -42,6 +51,12 @@ MAIN, KERNEL = "main.cpp", "kernel.cpp"
 # file-scope words a plain function definition's head never needs; with one of them the split is not tried
 _REFUSED_HEAD = re.compile(r"\b(template|static|inline|extern|constexpr|consteval|friend|operator|namespace|typedef|"
                            r"using|struct|class|enum|union|__attribute__|__declspec|asm|__asm__)\b|\[\[")
+BINDINGS_PRELUDE = "\n".join([
+    LIGHT_PRELUDE,
+    "#include <torch/csrc/utils/pybind.h>  // pybind11 with the casters of torch's types (Tensor, IntArrayRef, ...)",
+    "#include <torch/csrc/Exceptions.h>  // torch::wrap_pybind_function",
+])
+"""What the split's ``main.cpp`` starts with in place of ``#include <torch/extension.h>`` (module doc)."""
 DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.M)
 PLAIN_DIRECTIVES = {"include", "pragma", "define", "undef", ""}  # no conditional ones: a scan reads every line
 _TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/ATen\.h|ATen/Functions\.h)', re.M)
@@ -201,7 +216,7 @@ def split_sources(arguments: dict[str, Any]) -> tuple[str, str] | None:
     heads = declarations(source, names)
     if heads is None:
         return None
-    main = "\n".join(["#include <torch/extension.h>", *heads,
+    main = "\n".join([BINDINGS_PRELUDE, *heads,
                       *bindings(functions, bool(arguments.get("with_pytorch_error_handling", True)))])
     return main, "\n".join([f'#include "{LIGHT_HEADER}"', source])
 

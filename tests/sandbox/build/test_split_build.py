@@ -3,13 +3,14 @@
 import functools
 import inspect
 import os
+import shutil
 
 import pytest
 
 from kevin.sandbox.build import extension as _extension
 from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE, LIGHT_FAILED
 from kevin.sandbox.build.pch import LIGHT_GCH, LIGHT_HEADER
-from kevin.sandbox.build.split import KERNEL, MAIN, declarations, join_splices, mask, split_sources
+from kevin.sandbox.build.split import BINDINGS_PRELUDE, KERNEL, MAIN, declarations, join_splices, mask, split_sources
 
 KERNEL_SOURCE = r"""#include <torch/extension.h>
 #include <cmath>
@@ -102,14 +103,45 @@ def test_mask_keeps_length_and_lines():
 # ----------------------------------------------------------------------------------------------- split_sources
 
 
-def test_main_cpp_is_what_load_inline_writes_for_the_declarations_alone(monkeypatch, tmp_path):
+def test_main_cpp_is_what_load_inline_writes_for_the_declarations_alone_after_the_bindings_prelude(monkeypatch,
+                                                                                                  tmp_path):
     from torch.utils import cpp_extension as ce
 
     main, kernel = split_sources(_bound(functions={"scale": "doc"}))
     monkeypatch.setattr(ce, "_jit_compile", lambda *a, **k: None)
     ce.load_inline(name="ext", cpp_sources="torch::Tensor scale(torch::Tensor x, double a);",
                    functions={"scale": "doc"}, build_directory=str(tmp_path))
-    assert main == (tmp_path / "main.cpp").read_text()
+    written = (tmp_path / "main.cpp").read_text()
+    assert written.startswith("#include <torch/extension.h>\n")
+    assert main == BINDINGS_PRELUDE + written.removeprefix("#include <torch/extension.h>")
+
+
+def _headers(tmp_path, first_lines: str) -> set[str]:
+    """Every header a main.cpp starting with ``first_lines`` reads, from GCC's ``-M`` with the flags torch gives it."""
+    import subprocess
+
+    from kevin.sandbox.build.pch import main_cpp_flags
+
+    src = tmp_path / f"unit{len(list(tmp_path.iterdir()))}.cpp"
+    src.write_text(first_lines + "\ntorch::Tensor f(torch::Tensor x);\n")
+    out = subprocess.run(["g++", *main_cpp_flags(with_cuda=False), "-DTORCH_EXTENSION_NAME=x", "-M", str(src)],
+                         capture_output=True, text=True, check=True).stdout
+    return {w for w in out.replace("\\\n", " ").split()[2:]}  # after "unitN.o: unitN.cpp"
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_the_headers_extension_h_adds_to_the_bindings_prelude_define_no_pybind11_caster(tmp_path):
+    # a bound function converts its arguments with the casters its unit sees: with none of them defined only by the
+    # headers the bindings prelude leaves out, the split's bindings convert every argument as load_inline's would
+    light = _headers(tmp_path, BINDINGS_PRELUDE)
+    full = _headers(tmp_path, "#include <torch/extension.h>")
+    added = full - light
+    assert any(h.endswith("torch/all.h") for h in added)  # the C++ frontend is what it leaves out
+    def casters(headers):
+        return [h for h in headers if "type_caster" in open(h, errors="replace").read()]
+
+    assert any(h.endswith("torch/csrc/utils/pybind.h") for h in casters(light))  # the search finds torch's casters
+    assert casters(added) == []
 
 
 def test_the_kernel_unit_starts_with_the_light_prelude_without_torch_extension_header():
