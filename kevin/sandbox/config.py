@@ -101,9 +101,10 @@ class SandboxConfig:
     """compile processes running at once in `Sandbox.evaluate_many`"""
     precompiled_header: bool | None = None
     """build a precompiled <torch/extension.h> (``._pch``, ~0.8 GB per flag set, built once per toolchain in the
-    cache) and compile candidates' ``main.cpp`` against it; None = on for the CUDA backend only. On the CPU backend
-    the build (about a minute, once per cache) runs niced beside the compiles and is stopped by timings like them:
-    the training recipes turn it on there, a short-lived CPU sandbox is better without it"""
+    cache) and compile candidates' ``main.cpp`` against it (on the CPU: a whole build's, not the bindings of a kernel
+    compiled apart, and the kernel's light prelude precompiled too); None = on for the CUDA backend only. On the CPU
+    backend the build (about a minute, once per cache) runs niced beside the compiles and is stopped by timings like
+    them: the training recipes turn it on there, a short-lived CPU sandbox is better without it"""
     object_cache: bool = True
     """compile each distinct ``main.cpp`` once across build directories (``._objcache``): candidates that declare
     the same functions with other kernels share the compiled bindings. False = every build compiles its own"""

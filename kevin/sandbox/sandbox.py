@@ -790,7 +790,8 @@ class Sandbox:
             slots = ["cpu"]
             self._device_names = {"cpu": _cpu_name()}
         self._devices = _DevicePool(slots, self.backend, self.config.gpu_sharers)
-        # A precompiled <torch/extension.h> for candidates' main.cpp, built once per toolchain in the background;
+        # A precompiled <torch/extension.h> for candidates' main.cpp (on the CPU a whole build's, and the light
+        # prelude of a kernel compiled apart from its bindings), built once per toolchain in the background;
         # candidates that compile before it is ready build without it (`._pch`).
         pch = self.config.precompiled_header
         if pch or (pch is None and self.backend == "cuda"):

@@ -607,7 +607,10 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         if on_build is not None:
             on_build(build_dir)
         pch_dir = main_cpp_pch(pch_root, arguments)
-        with _pch.search_first(pch_dir), object_cache(obj_root, pch_root):
+        # the split's main.cpp reads no extension.h: on its include path only once that PCH is ready, the object
+        # cache (which keys CPATH) would compile one main.cpp under two keys. Its kernel unit finds its own PCH in
+        # its build directory (`_split.build` links it there from pch_dir).
+        with _pch.search_first(pch_dir if units is None else None), object_cache(obj_root, pch_root):
             try:
                 return call_niced(niceness, lambda: original(**arguments) if units is None
                                   else _split.build(arguments, units, build_dir, pch_dir))

@@ -38,7 +38,7 @@ precompiled header is left out because ``main.o`` is byte-identical with and wit
 byte-identical: a ``__FILE__`` in ``main.cpp`` (e.g. a ``TORCH_CHECK`` in a CPU candidate's kernel) names the
 build directory of the first compile, which only shows in error messages. Candidates run as the same user and
 could rewrite this cache, as they could rewrite ``<cache>/ext``; here one rewritten object would reach every
-later extension with the same bindings. The static layer forbids file access. ``tests/sandbox/test_objcache.py``
+later extension with the same bindings. The static layer forbids file access. ``tests/sandbox/build/test_objcache.py``
 drives the shim with a fake compiler that counts its calls, and with the real one.
 """
 

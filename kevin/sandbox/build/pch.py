@@ -26,7 +26,7 @@ How:
   extension once the PCH appears). Flags that differ from a built variant (``-O2``, include paths)
   simply find no PCH.
 
-Safety (checked by hand with ``-H``/``-Winvalid-pch``; the use is checked in ``tests/sandbox/test_pch.py``):
+Safety (checked by hand with ``-H``/``-Winvalid-pch``; the use is checked in ``tests/sandbox/build/test_pch.py``):
 GCC uses a ``.gch`` only when it was made by the same compiler with compatible options and macros;
 otherwise it skips it (``-Winvalid-pch`` says why, e.g. "not used because `__NO_INLINE__' not defined"
 for a ``-O3`` use of a plain PCH; ``-H`` marks it ``x`` instead of ``!``) and reads the real header
@@ -53,8 +53,8 @@ each ``.gch`` is ~790 MB. On the CPU backend the directory also holds `LIGHT_HEA
 the kernel units that :mod:`.split` compiles apart from their bindings (8 s, 240 MB; such a unit then compiles in
 1.3 s instead of 3.2 s). Those bindings (the split's ``main.cpp``) start with a lighter prelude than
 ``extension.h`` and use neither; there the ``extension.h`` PCH serves the whole builds: calls the split does not
-take, and the build after a failed split that reports a compile error. A compile with it maps the ``.gch`` privately: ~1.15 GB resident, against
-~1.45 GB without.
+take, and the build after a failed split that reports a compile error. A compile with it maps the ``.gch``
+privately: ~1.15 GB resident, against ~1.45 GB without.
 
 Not covered: clang (no ``.gch`` lookup; `ensure` builds nothing), compiler wrappers such as ccache.
 Candidates run as the same user and could rewrite the cache, as they could rewrite ``<cache>/ext``.

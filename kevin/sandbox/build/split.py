@@ -20,8 +20,9 @@ its extension.
 ``main.cpp`` starts with `BINDINGS_PRELUDE`, not ``<torch/extension.h>``: the light prelude's tensor class and
 pybind11 with torch's casters, without the C++ frontend that ``extension.h`` adds (``torch/all.h``). A declaration
 that names a type only the frontend defines fails the split build, and the call is built whole, as after any failed
-split. The bound functions convert their arguments alike, because the headers ``extension.h`` adds define no pybind11
-caster (checked against the installed torch by ``tests/sandbox/build/test_split_build.py``). It compiles in less
+split. The bound functions convert their arguments alike, because the headers ``extension.h`` adds specialise nothing
+of pybind11 (no caster, opaque or holder type, type hook; checked against the installed torch by
+``tests/sandbox/build/test_split_build.py``). It compiles in less
 time without a precompiled header than ``extension.h`` takes with one (``benchmarks/README.md``), and its text is in
 ``main.cpp`` itself, so the object cache, which stores no object that depends on a file of the build directory, still
 shares ``main.o``.

@@ -42,7 +42,8 @@ _ATEN_BACKEND = re.compile(
     r"|sparse\w*|mkldnn\w*|nestedtensor\w*)::(\w+)\(")
 _ATEN_NATIVE = re.compile(r"^at::native::(\w+)")
 # Python's C API: an ALLOW-list. pybind11's binding code and torch's casters import these in every honest build
-# (CPU and CUDA link the same main.cpp bindings; a .cu unit that includes <torch/extension.h> imports a subset):
+# (CPU and CUDA link the same pybind11 bindings, the CPU's after a lighter prelude when its kernel is compiled
+# apart; a .cu unit that includes <torch/extension.h> imports a subset):
 # the exact names below were read with ``nm -D --undefined-only`` from honest load_inline builds (ReLU, Linear +
 # ReLU, and one with parallel_for, Vectorized and every common argument type: doubles, ints, bools, lists,
 # optionals, strings, scalars, dtypes, devices, tuples and vectors of tensors; torch 2.13, Python 3.11), plus the

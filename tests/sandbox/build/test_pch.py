@@ -66,9 +66,14 @@ def pch_cache(tmp_path_factory, with_shared_compiles) -> dict:
 
 @pytest.fixture(scope="module")
 def pch_run(pch_cache) -> dict:
-    """The honest CPU ReLU candidate evaluated in that cache (its extension compiled with the PCH)."""
+    """The honest CPU ReLU candidate evaluated in that cache, built whole with the PCH: on the CPU the PCH serves the
+    calls the split into kernel and bindings units does not take (:mod:`kevin.sandbox.build.split`), and a second
+    torch header is one of them."""
+    src = load_candidate("honest_relu_cpu").replace("#include <torch/extension.h>\n",
+                                                    "#include <torch/extension.h>\n#include <torch/types.h>\n", 1)
+    assert "#include <torch/types.h>" in src
     sandbox = Sandbox("cpu", _config(pch_cache["cache"]))
-    result = sandbox.evaluate(RELU_TASK, load_candidate("honest_relu_cpu"))
+    result = sandbox.evaluate(RELU_TASK, src)
     ext = os.path.join(pch_cache["cache"], "ext")
     build_dirs = [os.path.join(ext, d) for d in os.listdir(ext) if os.path.isfile(os.path.join(ext, d, "build.ninja"))]
     assert len(build_dirs) == 1, build_dirs
@@ -205,14 +210,13 @@ def test_candidate_compiled_with_the_pch_is_correct(pch_run):
     assert r.status == "correct", r.feedback
 
 
-def test_pch_is_used_with_the_flags_of_the_real_build(pch_cache, pch_run, tmp_path):
-    # gcc -H prints "! <file>.gch" for a precompiled header it uses ("x" for one it rejects). The candidate's own
-    # build was split (its main.cpp starts with the bindings prelude): a whole build's main.cpp starts as load_inline
-    # writes it, and is compiled with the same flags
-    (tmp_path / "main.cpp").write_text("#include <torch/extension.h>\nint f(int x) { return x; }\n")
-    argv = [_pch.compiler(), *_ninja_cflags(pch_run["build_dir"]), "-fsyntax-only", "-H", "main.cpp"]
+def test_pch_is_used_with_the_flags_of_the_real_build(pch_cache, pch_run):
+    # gcc -H prints "! <file>.gch" for a precompiled header it uses ("x" for one it rejects)
+    build_dir = pch_run["build_dir"]
+    assert open(os.path.join(build_dir, "main.cpp")).read().startswith("#include <torch/extension.h>\n")  # whole
+    argv = [_pch.compiler(), *_ninja_cflags(build_dir), "-fsyntax-only", "-H", "main.cpp"]
     with _pch.search_first(pch_cache["dir"]):
-        run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+        run = subprocess.run(argv, cwd=build_dir, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.splitlines()[0] == "! " + os.path.join(pch_cache["dir"], _pch.GCH)
 
@@ -230,8 +234,10 @@ def test_a_second_build_of_the_same_main_cpp_is_served_from_the_object_cache(pch
     # Another link flag: another build directory (the whole load_inline call keys it), the same main.cpp and
     # compile flags. Its main.o then comes from the first build's compile (well under a second) instead of a
     # compile of several seconds on these 2 cores, and the candidate is still judged on its own build.
-    src = load_candidate("honest_relu_cpu").replace('extra_cflags=["-O3"],', 'extra_cflags=["-O3"], extra_ldflags=["-Wl,-O1"],')
-    assert "-Wl,-O1" in src
+    src = load_candidate("honest_relu_cpu").replace("#include <torch/extension.h>\n",
+                                                    "#include <torch/extension.h>\n#include <torch/types.h>\n", 1)
+    src = src.replace('extra_cflags=["-O3"],', 'extra_cflags=["-O3"], extra_ldflags=["-Wl,-O1"],')
+    assert "-Wl,-O1" in src and "#include <torch/types.h>" in src  # whole, as pch_run's
     result = Sandbox("cpu", _config(pch_cache["cache"])).evaluate(RELU_TASK, src)
     if result.status == "format_error" and "imports syscall" in result.feedback:
         pytest.xfail("this toolchain's honest extensions import syscall")  # see the test above

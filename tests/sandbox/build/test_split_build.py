@@ -3,6 +3,7 @@
 import functools
 import inspect
 import os
+import re
 import shutil
 
 import pytest
@@ -117,31 +118,40 @@ def test_main_cpp_is_what_load_inline_writes_for_the_declarations_alone_after_th
 
 
 def _headers(tmp_path, first_lines: str) -> set[str]:
-    """Every header a main.cpp starting with ``first_lines`` reads, from GCC's ``-M`` with the flags torch gives it."""
+    """Every header a main.cpp starting with ``first_lines`` reads, from GCC's ``-M`` with the flags torch gives the
+    sandbox's CPU builds."""
     import subprocess
 
     from kevin.sandbox.build.pch import main_cpp_flags
 
     src = tmp_path / f"unit{len(list(tmp_path.iterdir()))}.cpp"
     src.write_text(first_lines + "\ntorch::Tensor f(torch::Tensor x);\n")
-    out = subprocess.run(["g++", *main_cpp_flags(with_cuda=False), "-DTORCH_EXTENSION_NAME=x", "-M", str(src)],
+    flags = main_cpp_flags(with_cuda=False, extra_cflags=["-O3"])
+    out = subprocess.run(["g++", *flags, "-DTORCH_EXTENSION_NAME=x", "-M", str(src)],
                          capture_output=True, text=True, check=True).stdout
     return {w for w in out.replace("\\\n", " ").split()[2:]}  # after "unitN.o: unitN.cpp"
 
 
+# what pybind11 consults when it converts a bound function's arguments and results: casters, opaque and holder
+# types, type hooks, all of them specialisations inside its namespace
+_PYBIND11_SPECIALISATION = re.compile(r"type_caster|PYBIND11_MAKE_OPAQUE|PYBIND11_DECLARE_HOLDER_TYPE|"
+                                      r"polymorphic_type_hook|pybind11::detail|namespace pybind11")
+
+
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
-def test_the_headers_extension_h_adds_to_the_bindings_prelude_define_no_pybind11_caster(tmp_path):
-    # a bound function converts its arguments with the casters its unit sees: with none of them defined only by the
-    # headers the bindings prelude leaves out, the split's bindings convert every argument as load_inline's would
+def test_the_headers_extension_h_adds_to_the_bindings_prelude_specialise_nothing_of_pybind11(tmp_path):
+    # a bound function converts its arguments with what its unit specialises of pybind11: with nothing specialised
+    # by the headers the bindings prelude leaves out, the split's bindings convert every argument as load_inline's
     light = _headers(tmp_path, BINDINGS_PRELUDE)
     full = _headers(tmp_path, "#include <torch/extension.h>")
     added = full - light
     assert any(h.endswith("torch/all.h") for h in added)  # the C++ frontend is what it leaves out
-    def casters(headers):
-        return [h for h in headers if "type_caster" in open(h, errors="replace").read()]
 
-    assert any(h.endswith("torch/csrc/utils/pybind.h") for h in casters(light))  # the search finds torch's casters
-    assert casters(added) == []
+    def specialising(headers):
+        return [h for h in headers if _PYBIND11_SPECIALISATION.search(open(h, errors="replace").read())]
+
+    assert any(h.endswith("torch/csrc/utils/pybind.h") for h in specialising(light))  # the search finds torch's
+    assert specialising(added) == []
 
 
 def test_the_kernel_unit_starts_with_the_light_prelude_without_torch_extension_header():
@@ -175,12 +185,14 @@ class _Fakes:
         from torch.utils import cpp_extension as ce
 
         self.calls, self.flags, self.split_error, self.so = [], [], split_error, so
+        self.cpath = []  # CPATH as each build saw it
         monkeypatch.setattr(ce, "load", self.load)
         monkeypatch.setattr(ce, "load_inline", functools.wraps(ce.load_inline)(lambda **a: self.load_inline(**a)))
         monkeypatch.setattr(ce.JIT_EXTENSION_VERSIONER, "entries", {})
 
     def load(self, name, sources, build_directory, **kw):
         self.calls.append(("split", build_directory, [os.path.basename(s) for s in sources]))
+        self.cpath.append(os.environ.get("CPATH"))
         if self.so:
             open(os.path.join(build_directory, name + ".so"), "w").close()
         if self.split_error is not None:
@@ -189,6 +201,7 @@ class _Fakes:
 
     def load_inline(self, **arguments):
         self.calls.append(("full", arguments["build_directory"], None))
+        self.cpath.append(os.environ.get("CPATH"))
         self.flags.append(arguments.get("extra_cflags"))
         return "full module"
 
@@ -198,6 +211,20 @@ def _install(tmp_path, light=True):
 
     _extension.install(str(tmp_path / "ext"), "cpu", light=light)
     return ce.load_inline
+
+
+def test_only_the_whole_build_has_the_extension_h_pch_on_its_include_path(monkeypatch, tmp_path):
+    # the split's main.cpp reads no extension.h; were the PCH's directory on CPATH once it is ready, the object cache
+    # (which keys CPATH) would store that main.cpp twice: compiled before the PCH was built, and again after
+    monkeypatch.delenv("CPATH", raising=False)
+    monkeypatch.setattr(_extension, "main_cpp_pch", lambda root, arguments: "/ready/pch")
+    fakes = _Fakes(monkeypatch, split_error=RuntimeError("Error building extension 'ext': 'relu' is not a member"))
+    load_inline = _install(tmp_path)
+    assert load_inline(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"]) == "full module"
+    fakes.split_error = None
+    assert load_inline(name="ext2", cpp_sources=KERNEL_SOURCE, functions=["scale"]) == "split module"
+    assert [c[0] for c in fakes.calls] == ["split", "full", "split"]
+    assert fakes.cpath == [None, "/ready/pch", None]
 
 
 def test_a_cpu_build_compiles_the_split_units(monkeypatch, tmp_path):
