@@ -454,8 +454,9 @@ def build_key(arguments: dict[str, Any], backend: str) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
-    """The ready PCH directory (:mod:`._pch`) for the flags this ``load_inline`` call gives main.cpp, or None."""
+def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any], light: bool = False) -> str | None:
+    """The ready PCH directory (:mod:`._pch`) for the flags this ``load_inline`` call gives main.cpp, or None;
+    ``light``: that of the CPU's light prelude for the same flags (its split kernel unit's)."""
     if pch_root is None:
         return None
     from kevin.sandbox.build import pch as _pch
@@ -469,7 +470,7 @@ def main_cpp_pch(pch_root: str | None, arguments: dict[str, Any]) -> str | None:
         flags = _pch.main_cpp_flags(with_cuda=bool(sources) if with_cuda is None else bool(with_cuda),
                                     extra_cflags=extra,
                                     extra_include_paths=arguments.get("extra_include_paths"))
-        return _pch.find(pch_root, flags)
+        return _pch.find(pch_root, flags, light=light)
     except Exception:  # odd arguments or no CUDA toolkit: compile without it; torch reports real errors
         return None
 
@@ -606,14 +607,15 @@ def install(ext_root: str, backend: str, on_build: Any = None, pch_root: str | N
         arguments = {**arguments, "build_directory": build_dir, "verbose": False}
         if on_build is not None:
             on_build(build_dir)
-        pch_dir = main_cpp_pch(pch_root, arguments)
         # the split's main.cpp reads no extension.h: on its include path only once that PCH is ready, the object
         # cache (which keys CPATH) would compile one main.cpp under two keys. Its kernel unit finds its own PCH in
-        # its build directory (`_split.build` links it there from pch_dir).
-        with _pch.search_first(pch_dir if units is None else None), object_cache(obj_root, pch_root):
+        # its build directory (`_split.build` links it there).
+        pch_dir = main_cpp_pch(pch_root, arguments) if units is None else None
+        light_dir = main_cpp_pch(pch_root, arguments, light=True) if units is not None else None
+        with _pch.search_first(pch_dir), object_cache(obj_root, pch_root):
             try:
                 return call_niced(niceness, lambda: original(**arguments) if units is None
-                                  else _split.build(arguments, units, build_dir, pch_dir))
+                                  else _split.build(arguments, units, build_dir, light_dir))
             except RuntimeError as exc:
                 failed = _TORCH_BUILD_ERROR.match(str(exc))
                 if failed is None or isinstance(exc, BuildError):

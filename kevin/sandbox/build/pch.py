@@ -49,9 +49,10 @@ On the H200 host (torch 2.11, GCC 13.3, 32 vCPUs; ``benchmarks/results/sandbox_h
 of the CUDA honest candidate 15.3 s without the PCH, 6.4 s with it (6.6-9.2 s with 16 compiles at once).
 
 Building one PCH: ~29 core-s (28-29 s wall warm, 46 s with a cold disk), once per cache and variant;
-each ``.gch`` is ~790 MB. On the CPU backend the directory also holds `LIGHT_HEADER` precompiled, the prelude of
-the kernel units that :mod:`.split` compiles apart from their bindings (8 s, 240 MB; such a unit then compiles in
-1.3 s instead of 3.2 s). Those bindings (the split's ``main.cpp``) start with a lighter prelude than
+each ``.gch`` is ~790 MB. On the CPU backend `LIGHT_HEADER` is precompiled too, the prelude of the kernel units that
+:mod:`.split` compiles apart from their bindings (8 s, 240 MB; such a unit then compiles in 1.3 s instead of 3.2 s),
+first and into a directory of its own (``<key>.light``, `find` with ``light=True``): the kernels a run compiles while
+the torch header still builds, most of its first step's, already use it. Those bindings (the split's ``main.cpp``) start with a lighter prelude than
 ``extension.h`` and use neither; there the ``extension.h`` PCH serves the whole builds: calls the split does not
 take, and the build after a failed split that reports a compile error. A compile with it maps the ``.gch``
 privately: ~1.15 GB resident, against ~1.45 GB without.
@@ -158,16 +159,21 @@ def pch_key(flags: Sequence[str], cxx: str | None = None) -> str | None:
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:32]
 
 
-def find(pch_root: str, flags: Sequence[str]) -> str | None:
-    """The ready PCH directory for these main.cpp flags (to put first on the include path), or None.
+LIGHT_SUFFIX = ".light"
+"""``<key><LIGHT_SUFFIX>``: the directory of the CPU's precompiled `LIGHT_HEADER`, beside ``<key>``'s torch header"""
+
+
+def find(pch_root: str, flags: Sequence[str], light: bool = False) -> str | None:
+    """The ready PCH directory for these main.cpp flags (to put first on the include path), or None; ``light``: the
+    directory of the precompiled `LIGHT_HEADER` for the same flags instead.
 
     A directory under ``pch_root`` only appears complete (`build` renames it into place).
     """
     key = pch_key(flags)
     if key is None:
         return None
-    path = os.path.join(pch_root, key)
-    return path if os.path.isfile(os.path.join(path, GCH)) else None
+    path = os.path.join(pch_root, key + (LIGHT_SUFFIX if light else ""))
+    return path if os.path.isfile(os.path.join(path, LIGHT_GCH if light else GCH)) else None
 
 
 @contextlib.contextmanager
@@ -204,8 +210,8 @@ def is_gcc(cxx: str) -> bool:
 def build(pch_root: str, flags: Sequence[str], *, timeout_s: float = 900, light: bool = False,
           pausable: Any = None) -> str | None:
     """Build the PCH for ``flags`` once (concurrent callers wait for the first); its directory, or None.
-    ``light``: precompile `LIGHT_HEADER` there too (the CPU backend's kernel units start with it). ``pausable``: a
-    device gate's `pausable` (the CPU backend's: timings stop the compiler meanwhile).
+    ``light``: precompile `LIGHT_HEADER` first, into ``<key>.light`` (the CPU backend's kernel units start with it;
+    `find`). ``pausable``: a device gate's `pausable` (the CPU backend's: timings stop the compiler meanwhile).
 
     Returns None at once when an earlier build of this key failed (``<key>.failed`` holds its log; delete
     it to retry) or no compiler is found. Never raises for a failed compile.
@@ -223,28 +229,42 @@ def build(pch_root: str, flags: Sequence[str], *, timeout_s: float = 900, light:
             return final
         if os.path.exists(failed):
             return None
-        for stale in glob.glob(glob.escape(final) + ".tmp-*"):  # left by a builder that was killed
+        for stale in glob.glob(glob.escape(final) + "*.tmp-*"):  # left by a builder that was killed
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = tempfile.mkdtemp(prefix=key + ".tmp-", dir=pch_root)
         t0 = time.monotonic()
-        log = _compile(cxx, flags, tmp, timeout_s, light=light, pausable=pausable)
-        if log is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-            with open(failed, "w") as f:
-                f.write(log)
-            logger.warning("precompiled header build failed (%s; not retried): %s", failed, log[-2000:])
-            return None
-        for name in (GCH, HEADER, *((LIGHT_GCH, LIGHT_HEADER) if light else ())):
-            os.chmod(os.path.join(tmp, name), 0o444)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0o700; candidates may run as another uid some day
-        try:
-            os.rename(tmp, final)  # atomic; fails if something else (not a builder: we hold the lock) is there
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            logger.warning("precompiled header not installed at %s: %s", final, exc)
-            return None
+        parts = [(final + LIGHT_SUFFIX, True)] if light else []
+        for path, light_part in [*parts, (final, False)]:
+            if light_part and os.path.isfile(os.path.join(path, LIGHT_GCH)):
+                continue  # published by a build that stopped before the torch header
+            if not _install(cxx, flags, path, timeout_s, light_part, pausable, failed):
+                return None
         logger.info("built precompiled header %s in %.1f s", final, time.monotonic() - t0)
         return final
+
+
+def _install(cxx: str, flags: Sequence[str], path: str, timeout_s: float, light: bool, pausable: Any,
+             failed: str) -> bool:
+    """Compile one part of a PCH (`_compile`) into a temporary directory beside ``path``, make it read-only and
+    rename it to ``path`` (a directory either is complete or does not exist); on a failed compile write ``failed``
+    with the log. Whether ``path`` is in place. The caller holds the key's lock."""
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".tmp-", dir=os.path.dirname(path))
+    log = _compile(cxx, flags, tmp, timeout_s, light=light, pausable=pausable)
+    if log is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with open(failed, "w") as f:
+            f.write(log)
+        logger.warning("precompiled header build failed (%s; not retried): %s", failed, log[-2000:])
+        return False
+    for name in (LIGHT_GCH, LIGHT_HEADER) if light else (GCH, HEADER):
+        os.chmod(os.path.join(tmp, name), 0o444)
+    os.chmod(tmp, 0o755)  # mkdtemp makes it 0o700; candidates may run as another uid some day
+    try:
+        os.rename(tmp, path)  # atomic; fails if something else (not a builder: we hold the lock) is there
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        logger.warning("precompiled header not installed at %s: %s", path, exc)
+        return False
+    return True
 
 
 NICENESS = 10
@@ -281,42 +301,43 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float, pausable: Any =
 def _compile(cxx: str, flags: Sequence[str], out_dir: str, timeout_s: float, light: bool = False,
              pausable: Any = None) -> str | None:
     """Compile ``<torch/extension.h>`` to ``out_dir/torch/extension.h.gch`` and write the `FORWARD`
-    header beside it (``light``: also `LIGHT_HEADER` and its ``.gch``); None on success, else the log.
+    header beside it (``light``: `LIGHT_HEADER` and its ``.gch`` instead); None on success, else the log.
 
     A header is compiled through a one-line stub that includes it, so its ``#pragma once`` is recorded
     as for any included header (compiling it as the main file warns and ignores the pragma).
     """
     from kevin.sandbox.build.extension import CPU_LIGHT_PRELUDE
 
-    os.makedirs(os.path.join(out_dir, "torch"))
-    units = [("#include <torch/extension.h>", GCH)]
     if light:
         with open(os.path.join(out_dir, LIGHT_HEADER), "w") as f:
             f.write(CPU_LIGHT_PRELUDE)
-        units.append((f'#include "{LIGHT_HEADER}"', LIGHT_GCH))
+        line, gch = f'#include "{LIGHT_HEADER}"', LIGHT_GCH
+    else:
+        os.makedirs(os.path.join(out_dir, "torch"))
+        line, gch = "#include <torch/extension.h>", GCH
     stub = os.path.join(out_dir, "stub.h")
-    for line, gch in units:
-        with open(stub, "w") as f:
-            f.write(line + "\n")
-        argv = [cxx, "-x", "c++-header", *flags, stub, "-o", os.path.join(out_dir, gch)]
-        try:
-            # the environment candidates compile in (a CPATH or CPLUS_INCLUDE_PATH of the caller's would bake other
-            # headers into the PCH, and GCC checks flags, not header contents)
-            from kevin.sandbox._process import scrubbed_env
+    with open(stub, "w") as f:
+        f.write(line + "\n")
+    argv = [cxx, "-x", "c++-header", *flags, stub, "-o", os.path.join(out_dir, gch)]
+    try:
+        # the environment candidates compile in (a CPATH or CPLUS_INCLUDE_PATH of the caller's would bake other
+        # headers into the PCH, and GCC checks flags, not header contents)
+        from kevin.sandbox._process import scrubbed_env
 
-            # at a lower priority: at a run's start the build overlaps the policy's first generation, whose threads
-            # wait for each other at every op when a core is taken (16.7 s against 2.9 s alone on 2 cores)
-            nice_bin = shutil.which("nice")
-            nice = [nice_bin, "-n", str(NICENESS)] if nice_bin else []
-            run = _run([*nice, *argv], scrubbed_env(out_dir), timeout_s, pausable)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return f"{shlex.join(argv)}\n{exc}"
-        finally:
-            os.remove(stub)
-        if run.returncode != 0:
-            return f"{shlex.join(argv)}\n{run.stdout}{run.stderr}"
-    with open(os.path.join(out_dir, HEADER), "w") as f:
-        f.write(FORWARD)
+        # at a lower priority: at a run's start the build overlaps the policy's first generation, whose threads
+        # wait for each other at every op when a core is taken (16.7 s against 2.9 s alone on 2 cores)
+        nice_bin = shutil.which("nice")
+        nice = [nice_bin, "-n", str(NICENESS)] if nice_bin else []
+        run = _run([*nice, *argv], scrubbed_env(out_dir), timeout_s, pausable)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{shlex.join(argv)}\n{exc}"
+    finally:
+        os.remove(stub)
+    if run.returncode != 0:
+        return f"{shlex.join(argv)}\n{run.stdout}{run.stderr}"
+    if not light:
+        with open(os.path.join(out_dir, HEADER), "w") as f:
+            f.write(FORWARD)
     return None
 
 

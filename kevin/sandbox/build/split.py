@@ -238,10 +238,11 @@ def module_name(main: str, kernel: str, build_dir: str) -> str:
     return name
 
 
-def build(arguments: dict[str, Any], sources: tuple[str, str], build_dir: str, pch_dir: str | None = None) -> Any:
+def build(arguments: dict[str, Any], sources: tuple[str, str], build_dir: str, light_dir: str | None = None) -> Any:
     """Compile and import the split units with ``torch.utils.cpp_extension.load`` and the call's flags; the kernel
-    unit's prelude from ``pch_dir``'s precompiled `LIGHT_HEADER` when there is one (linked beside the header, where
-    GCC looks first; a ``.gch`` built with other flags is skipped by GCC, and the header read instead)."""
+    unit's prelude from ``light_dir``'s precompiled `LIGHT_HEADER` when there is one (:func:`.pch.find` with
+    ``light=True``; linked beside the header, where GCC looks first; a ``.gch`` built with other flags is skipped by
+    GCC, and the header read instead)."""
     from torch.utils import cpp_extension as ce
 
     paths = []
@@ -251,7 +252,7 @@ def build(arguments: dict[str, Any], sources: tuple[str, str], build_dir: str, p
             with open(path, "w") as f:
                 f.write(text)
         paths.append(path)
-    _link_gch(os.path.join(pch_dir, LIGHT_GCH) if pch_dir else None, os.path.join(build_dir, LIGHT_GCH))
+    _link_gch(os.path.join(light_dir, LIGHT_GCH) if light_dir else None, os.path.join(build_dir, LIGHT_GCH))
     return ce.load(module_name(*sources, build_dir), paths[:2], extra_cflags=arguments.get("extra_cflags"),
                    extra_ldflags=arguments.get("extra_ldflags"),
                    extra_include_paths=arguments.get("extra_include_paths"), build_directory=build_dir,

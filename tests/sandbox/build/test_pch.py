@@ -42,8 +42,8 @@ def race_cache(tmp_path_factory) -> dict:
             "from kevin.sandbox.build import pch as _pch\n"
             "def stand_in(cxx, flags, out_dir, timeout_s, light=False, pausable=None):\n"
             "    time.sleep(2.0)  # the other process reaches the lock meanwhile\n"
-            "    os.makedirs(os.path.join(out_dir, 'torch'))\n"
-            "    for name in (_pch.GCH, _pch.HEADER, *((_pch.LIGHT_GCH, _pch.LIGHT_HEADER) if light else ())):\n"
+            "    os.makedirs(os.path.join(out_dir, 'torch'), exist_ok=True)\n"
+            "    for name in (_pch.LIGHT_GCH, _pch.LIGHT_HEADER) if light else (_pch.GCH, _pch.HEADER):\n"
             "        open(os.path.join(out_dir, name), 'w').close()\n"
             "_pch._compile = stand_in\n"
             "print(_pch.ensure(sys.argv[1], 'cpu', [('-O3',)])[0])")
@@ -86,12 +86,16 @@ def test_concurrent_ensure_calls_build_one_pch(race_cache):
     assert a == b and os.path.isfile(os.path.join(a, _pch.GCH)), race_cache["stderr"]
     assert sum(BUILT in err for err in race_cache["stderr"]) == 1  # the other process waited on the lock
     key = os.path.basename(a)
-    assert sorted(os.listdir(_pch.root(race_cache["cache"]))) == [key, key + ".lock"]  # no temp dir, no .failed
+    # no temp dir, no .failed; the CPU's light prelude in a directory of its own
+    assert sorted(os.listdir(_pch.root(race_cache["cache"]))) == [key, key + _pch.LIGHT_SUFFIX, key + ".lock"]
 
 
 def test_pch_files_are_read_only(race_cache):
-    for name in (_pch.GCH, _pch.HEADER, _pch.LIGHT_GCH, _pch.LIGHT_HEADER):  # the CPU's light prelude too
-        assert os.stat(os.path.join(race_cache["stdout"][0], name)).st_mode & 0o222 == 0
+    torch_dir = race_cache["stdout"][0]
+    for path in (os.path.join(torch_dir, _pch.GCH), os.path.join(torch_dir, _pch.HEADER),
+                 os.path.join(torch_dir + _pch.LIGHT_SUFFIX, _pch.LIGHT_GCH),
+                 os.path.join(torch_dir + _pch.LIGHT_SUFFIX, _pch.LIGHT_HEADER)):
+        assert os.stat(path).st_mode & 0o222 == 0
 
 
 def test_the_header_compiles_below_the_training_process_priority(monkeypatch, tmp_path):
@@ -103,9 +107,54 @@ def test_the_header_compiles_below_the_training_process_priority(monkeypatch, tm
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     monkeypatch.setattr(_pch, "_run", fake_run)
-    assert _pch._compile("/usr/bin/c++", ["-O3"], str(tmp_path / "out"), 60, light=True) is None
-    assert [argv[:3] for argv in calls] == [[shutil.which("nice"), "-n", "10"]] * 2  # the torch and the light header
-    assert calls[1][-1].endswith(_pch.LIGHT_GCH)
+    (tmp_path / "light").mkdir()  # `build` passes a new temporary directory
+    assert _pch._compile("/usr/bin/c++", ["-O3"], str(tmp_path / "light"), 60, light=True) is None
+    assert _pch._compile("/usr/bin/c++", ["-O3"], str(tmp_path / "torch"), 60) is None
+    assert [argv[:3] for argv in calls] == [[shutil.which("nice"), "-n", "10"]] * 2  # the light and the torch header
+    assert calls[0][-1].endswith(_pch.LIGHT_GCH) and calls[1][-1].endswith(_pch.GCH)
+
+
+def _fake_compile(seen, root, flags, fail_light=False):
+    """A stand-in for `_pch._compile` that writes empty files and records, per call, whether it compiled the light
+    prelude and whether either header was findable at that moment."""
+
+    def compile_(cxx, flags_, out_dir, timeout_s, light=False, pausable=None):
+        seen.append((light, _pch.find(root, flags, light=True) is not None, _pch.find(root, flags) is not None))
+        if light and fail_light:
+            return "stub.h: error: no"
+        os.makedirs(os.path.join(out_dir, "torch"), exist_ok=True)
+        for name in (_pch.LIGHT_GCH, _pch.LIGHT_HEADER) if light else (_pch.GCH, _pch.HEADER):
+            open(os.path.join(out_dir, name), "w").close()
+        return None
+
+    return compile_
+
+
+def test_the_light_prelude_is_findable_before_the_torch_header_compiles(monkeypatch, tmp_path):
+    # a run's first kernels compile while the torch header (about a minute) still builds: they use the light one
+    flags, seen = ["-O3"], []
+    monkeypatch.setattr(_pch, "_compile", _fake_compile(seen, str(tmp_path), flags))
+    assert _pch.build(str(tmp_path), flags, light=True) == _pch.find(str(tmp_path), flags)
+    assert seen == [(True, False, False), (False, True, False)]  # (light?, light findable, torch findable)
+
+
+def test_a_build_stopped_after_the_light_prelude_compiles_only_the_torch_header_next_time(monkeypatch, tmp_path):
+    flags, seen = ["-O3"], []
+    monkeypatch.setattr(_pch, "_compile", _fake_compile(seen, str(tmp_path), flags))
+    assert _pch.build(str(tmp_path), flags, light=True) is not None
+    shutil.rmtree(_pch.find(str(tmp_path), flags))  # as if the process had died while compiling the torch header
+    seen.clear()
+    assert _pch.build(str(tmp_path), flags, light=True) is not None
+    assert seen == [(False, True, False)]
+
+
+def test_a_failed_light_prelude_is_recorded_and_the_torch_header_not_tried(monkeypatch, tmp_path):
+    flags, seen = ["-O3"], []
+    monkeypatch.setattr(_pch, "_compile", _fake_compile(seen, str(tmp_path), flags, fail_light=True))
+    assert _pch.build(str(tmp_path), flags, light=True) is None
+    assert seen == [(True, False, False)]
+    key = _pch.pch_key(flags)
+    assert sorted(os.listdir(tmp_path)) == [f"{key}.failed", f"{key}.lock"]  # no temp dir left
 
 
 def test_pch_dir_is_keyed_by_flags(race_cache):

@@ -217,7 +217,7 @@ def test_only_the_whole_build_has_the_extension_h_pch_on_its_include_path(monkey
     # the split's main.cpp reads no extension.h; were the PCH's directory on CPATH once it is ready, the object cache
     # (which keys CPATH) would store that main.cpp twice: compiled before the PCH was built, and again after
     monkeypatch.delenv("CPATH", raising=False)
-    monkeypatch.setattr(_extension, "main_cpp_pch", lambda root, arguments: "/ready/pch")
+    monkeypatch.setattr(_extension, "main_cpp_pch", lambda root, arguments, light=False: "/ready/pch")
     fakes = _Fakes(monkeypatch, split_error=RuntimeError("Error building extension 'ext': 'relu' is not a member"))
     load_inline = _install(tmp_path)
     assert load_inline(name="ext", cpp_sources=KERNEL_SOURCE, functions=["scale"]) == "full module"
