@@ -52,10 +52,10 @@ Building one PCH: ~29 core-s (28-29 s wall warm, 46 s with a cold disk), once pe
 each ``.gch`` is ~790 MB. On the CPU backend `LIGHT_HEADER` is precompiled too, the prelude of the kernel units that
 :mod:`.split` compiles apart from their bindings (8 s, 240 MB; such a unit then compiles in 1.3 s instead of 3.2 s),
 first and into a directory of its own (``<key>.light``, `find` with ``light=True``): the kernels a run compiles while
-the torch header still builds, most of its first step's, already use it. Those bindings (the split's ``main.cpp``) start with a lighter prelude than
-``extension.h`` and use neither; there the ``extension.h`` PCH serves the whole builds: calls the split does not
-take, and the build after a failed split that reports a compile error. A compile with it maps the ``.gch``
-privately: ~1.15 GB resident, against ~1.45 GB without.
+the torch header still builds, most of its first step's, already use it. Their bindings (the split's ``main.cpp``)
+start with a lighter prelude than ``extension.h`` and use neither; on the CPU the ``extension.h`` PCH serves the
+whole builds: calls the split does not take, and the build after a failed split that reports a compile error. A
+compile with it maps the ``.gch`` privately: ~1.15 GB resident, against ~1.45 GB without.
 
 Not covered: clang (no ``.gch`` lookup; `ensure` builds nothing), compiler wrappers such as ccache.
 Candidates run as the same user and could rewrite the cache, as they could rewrite ``<cache>/ext``.
@@ -223,19 +223,21 @@ def build(pch_root: str, flags: Sequence[str], *, timeout_s: float = 900, light:
     final = os.path.join(pch_root, key)
     failed = final + ".failed"
     os.makedirs(pch_root, exist_ok=True)
+    parts = [(final + LIGHT_SUFFIX, True, LIGHT_GCH)] if light else []
+    parts.append((final, False, GCH))
     with open(final + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
-        if os.path.isfile(os.path.join(final, GCH)):
+        # a part in place stays: the light one of a build that stopped before the torch header, or the torch one of a
+        # cache from before the light prelude had a directory of its own
+        todo = [(path, light_part) for path, light_part, gch in parts if not os.path.isfile(os.path.join(path, gch))]
+        if not todo:
             return final
         if os.path.exists(failed):
             return None
         for stale in glob.glob(glob.escape(final) + "*.tmp-*"):  # left by a builder that was killed
             shutil.rmtree(stale, ignore_errors=True)
         t0 = time.monotonic()
-        parts = [(final + LIGHT_SUFFIX, True)] if light else []
-        for path, light_part in [*parts, (final, False)]:
-            if light_part and os.path.isfile(os.path.join(path, LIGHT_GCH)):
-                continue  # published by a build that stopped before the torch header
+        for path, light_part in todo:
             if not _install(cxx, flags, path, timeout_s, light_part, pausable, failed):
                 return None
         logger.info("built precompiled header %s in %.1f s", final, time.monotonic() - t0)

@@ -22,10 +22,9 @@ pybind11 with torch's casters, without the C++ frontend that ``extension.h`` add
 that names a type only the frontend defines fails the split build, and the call is built whole, as after any failed
 split. The bound functions convert their arguments alike, because the headers ``extension.h`` adds specialise nothing
 of pybind11 (no caster, opaque or holder type, type hook; checked against the installed torch by
-``tests/sandbox/build/test_split_build.py``). It compiles in less
-time without a precompiled header than ``extension.h`` takes with one (``benchmarks/README.md``), and its text is in
-``main.cpp`` itself, so the object cache, which stores no object that depends on a file of the build directory, still
-shares ``main.o``.
+``tests/sandbox/build/test_split_build.py``). It compiles in less time without a precompiled header than
+``extension.h`` takes with one (``benchmarks/README.md``), and its text is in ``main.cpp`` itself, so the object
+cache, which stores no object that depends on a file of the build directory, still shares ``main.o``.
 
 When it does not apply (`split_sources` returns None) the call builds as ``load_inline`` would: no bound
 ``functions``, CUDA or SYCL sources, ``no_implicit_headers``, a torch header other than ``extension.h``,

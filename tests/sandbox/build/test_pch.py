@@ -148,6 +148,17 @@ def test_a_build_stopped_after_the_light_prelude_compiles_only_the_torch_header_
     assert seen == [(False, True, False)]
 
 
+def test_a_cache_with_the_torch_header_alone_gets_the_light_prelude_and_keeps_the_torch_one(monkeypatch, tmp_path):
+    # a cache built before the light prelude had a directory of its own: its kernel units would never find one
+    flags, seen = ["-O3"], []
+    monkeypatch.setattr(_pch, "_compile", _fake_compile(seen, str(tmp_path), flags))
+    assert _pch.build(str(tmp_path), flags) is not None  # the torch header only, as such a cache has it
+    seen.clear()
+    assert _pch.build(str(tmp_path), flags, light=True) == _pch.find(str(tmp_path), flags)
+    assert seen == [(True, False, True)]
+    assert _pch.find(str(tmp_path), flags, light=True) is not None
+
+
 def test_a_failed_light_prelude_is_recorded_and_the_torch_header_not_tried(monkeypatch, tmp_path):
     flags, seen = ["-O3"], []
     monkeypatch.setattr(_pch, "_compile", _fake_compile(seen, str(tmp_path), flags, fail_light=True))
