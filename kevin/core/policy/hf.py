@@ -171,7 +171,8 @@ class TransformersPolicy:
             below 1 sorts each row eagerly, outside the compiled sampler: about 3 ms per token step for 128 rows of
             a 152k vocabulary on an H200, against 0.18 ms at top-p 1 (``benchmarks/results/generation_h200.md``).
         mode: the generation engine.
-            ``"generate"``: ``model.generate`` with the default dynamic cache, left padding, one batch.
+            ``"generate"``: ``model.generate`` with the default dynamic cache, left padding, one batch. On the
+            CPU an ``sdpa`` model decodes with ``decode_attention`` for the duration of the call, as in "static".
             ``"static"``: our own sampling loop (:func:`kevin.core.policy.engine.decoding.sample_static`) over a static KV
             cache whose size is rounded up to a multiple of ``cache_bucket`` (so successive calls reuse one
             compiled graph); on CUDA the decoding forward is compiled (``torch.compile``, CUDA graphs) and the
@@ -195,10 +196,10 @@ class TransformersPolicy:
         chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking``).
         generate_kwargs: extra arguments of ``model.generate`` (e.g. ``min_new_tokens`` in benchmarks).
         continuous_batching_config: a ``transformers.ContinuousBatchingConfig`` for mode "continuous".
-        decode_attention: in mode "static", the attention an ``sdpa`` model decodes with, one of
-            ``kevin.core.policy.engine.attention.IMPLEMENTATIONS`` (see that module; all compute the same function up to
-            rounding), or None to keep transformers' sdpa, which copies the KV cache once per query head at
-            every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B decoding step
+        decode_attention: in mode "static" (and "generate" on the CPU), the attention an ``sdpa`` model decodes
+            with, one of ``kevin.core.policy.engine.attention.IMPLEMENTATIONS`` (see that module; all compute the
+            same function up to rounding), or None to keep transformers' sdpa, which copies the KV cache once per
+            query head at every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B decoding step
             against 15.3 for ``"grouped"``); it is ``"grouped"`` wherever Triton or CUDA is missing.
         compile_prefill: in mode "static", run the prefill through ``torch.compile`` with dynamic shapes (one
             compile for all prompt lengths; fuses the norms and activations). None: on CUDA only.
@@ -444,12 +445,12 @@ class TransformersPolicy:
         n_real = len(prompts)
         longest = max(len(p) for p in prompts)
         attention = None
+        impl = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
         if static:
             rows = round_up(max(n_real, rows or 0), 8)
             prompts = prompts + [prompts[0]] * (rows - n_real)  # dummy rows keep the batch shape stable
             # The cache length only grows, so later calls with shorter prompts reuse the compiled graphs.
             self._cache_len = max(self._cache_len, round_up(longest + self.max_new_tokens, self.cache_bucket))
-            impl = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
             if impl not in (None, "eager"):
                 # sdpa: our decode attention. Others (flash-attention-2, flex) are not exact over a static
                 # cache's unwritten tail (flex was off by 0.1 in log-prob on the CPU; flash drops a full-length
@@ -458,6 +459,11 @@ class TransformersPolicy:
 
                 attention = register(self.decode_attention) if self.decode_attention else "sdpa"
                 attention = None if attention == impl else attention
+        elif impl == "sdpa" and self.decode_attention and getattr(self.device, "type", str(self.device)) == "cpu":
+            # generate's dynamic cache has the same copy: sdpa with a (padding) mask repeats K and V per query head
+            from kevin.core.policy.engine.attention import register
+
+            attention = register(self.decode_attention)
         ids, mask = left_pad(prompts, longest, self.pad_token_id)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.long, device=device)  # [B, P]
@@ -492,7 +498,7 @@ class TransformersPolicy:
                                               between=between)
             criteria = {"stopping_criteria": StoppingCriteriaList([finished])}
 
-        with torch.no_grad():
+        with torch.no_grad(), _attention_implementation(self.model, attention):
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,

@@ -733,6 +733,41 @@ def test_static_mode_restores_the_models_attention_implementation(tok):
     assert model.config._attn_implementation == before
 
 
+def test_generate_mode_on_the_cpu_decodes_a_grouped_query_model_with_decode_attention(tok, model, monkeypatch):
+    # the tiny model has 4 query heads over 2 KV heads: transformers' sdpa with a padding mask would copy K and V
+    from kevin.core.policy.engine import attention
+
+    decoding_steps = []
+    grouped = attention._FUNCTIONS["grouped"]
+
+    def spy(module, query, *args, **kwargs):
+        decoding_steps.append(query.shape[2] == 1)
+        return grouped(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(attention._FUNCTIONS, "grouped", spy)
+    TransformersPolicy(model, tok, max_new_tokens=4, mode="generate", decode_attention="grouped",
+                       stop_token_ids=()).generate(CONVERSATIONS)
+    # 2 layers x (1 prefill + 3 decoding forwards): the prefill goes through too, and falls back to sdpa inside
+    assert decoding_steps.count(True) == 6 and decoding_steps.count(False) == 2
+
+
+def test_generate_mode_samples_the_same_tokens_with_decode_attention_as_with_transformers_sdpa(tok, model):
+    runs = []
+    for decode_attention in ("grouped", None):
+        torch.manual_seed(3)
+        runs.append(TransformersPolicy(model, tok, max_new_tokens=16, temperature=0.9, mode="generate",
+                                       decode_attention=decode_attention, stop_token_ids=()).generate(CONVERSATIONS))
+    assert [g.token_ids for g in runs[0]] == [g.token_ids for g in runs[1]]
+    for ours, theirs in zip(*runs):
+        torch.testing.assert_close(torch.tensor(ours.logprobs), torch.tensor(theirs.logprobs), atol=1e-5, rtol=0)
+
+
+def test_generate_mode_restores_the_models_attention_implementation(tok, model):
+    before = model.config._attn_implementation
+    TransformersPolicy(model, tok, max_new_tokens=3, mode="generate").generate(CONVERSATIONS[:1])
+    assert before == "sdpa" and model.config._attn_implementation == before
+
+
 def test_static_mode_reuses_a_kv_cache_length_that_only_grows(tok, model):
     policy = TransformersPolicy(model, tok, max_new_tokens=4, mode="static", cache_bucket=64, stop_token_ids=())
     policy.generate(CONVERSATIONS[2:])  # longest prompt first

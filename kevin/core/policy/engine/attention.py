@@ -21,9 +21,10 @@ for one query token (``query [B, H, 1, D]``, ``key, value [B, Hkv, S, D]``, ``ma
   sdpa) (``benchmarks/results/generation_h200.md``).
 
 transformers' own ``sdpa`` cannot use grouped-query attention with a mask, so it copies K and V ``R`` times
-per layer and step: for a static cache that copy dominates decoding. Every function here sends forwards of
-more than one query token (prefill, training) to transformers' sdpa, after dropping cache slots that no
-query may attend to (:func:`prefill_attention`).
+per layer and step: for a static cache that copy dominates decoding, and it leads the cost of ``generate``'s
+decoding steps on the CPU too, where `TransformersPolicy` decodes with these as well. Every function here sends
+forwards of more than one query token (prefill, training) to transformers' sdpa, after dropping cache slots that
+no query may attend to (:func:`prefill_attention`).
 
 Like the policy package itself (``kevin.core.policy``), this module imports ``transformers`` (and ``triton`` for ``"triton"``) lazily, inside the
 functions that need them; unlike the pure core, it is plumbing for the policy backend.
