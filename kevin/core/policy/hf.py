@@ -199,8 +199,8 @@ class TransformersPolicy:
         decode_attention: in mode "static" (and "generate" on the CPU), the attention an ``sdpa`` model decodes
             with, one of ``kevin.core.policy.engine.attention.IMPLEMENTATIONS`` (see that module; all compute the
             same function up to rounding), or None to keep transformers' sdpa, which copies the KV cache once per
-            query head at every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B decoding step
-            against 15.3 for ``"grouped"``); it is ``"grouped"`` wherever Triton or CUDA is missing.
+            query head at every step. The default, ``"triton"``, was the fastest on an H200 (13.4 ms per 7B
+            decoding step against 15.3 for ``"grouped"``); it is ``"grouped"`` wherever Triton or CUDA is missing.
         compile_prefill: in mode "static", run the prefill through ``torch.compile`` with dynamic shapes (one
             compile for all prompt lengths; fuses the norms and activations). None: on CUDA only.
         fuse_projections: in mode "static", decode with one matmul for q, k and v and one for gate and up
